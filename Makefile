@@ -1,0 +1,32 @@
+# Builds the shim (build/libgpuckpt.so) and, for `make check`, the C unit
+# tests, the fake libcuda and the CPU test programs under build/test/.
+# Needs only the CUDA toolkit headers (CUDA_HOME), never a GPU or libcuda.
+CUDA_HOME ?= /usr/local/cuda
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Werror -Wno-unused-parameter
+BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include
+SHIM_CFLAGS := $(BASE_CFLAGS) -fvisibility=hidden
+B := build
+
+SHIM_SRC := $(wildcard interpose/*.c) pool/alloc.c pool/pool.c
+SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
+SHIM_HDR := $(wildcard interpose/*.h) $(wildcard pool/*.h)
+
+all: $(B)/libgpuckpt.so
+
+$(B)/obj/%.o: %.c $(SHIM_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SHIM_CFLAGS) -c $< -o $@
+
+# -Bsymbolic-functions: the shim's own references to its exported wrappers
+# bind to itself; --no-undefined: every GP_ROUTED entry must be defined.
+$(B)/libgpuckpt.so: $(SHIM_OBJ)
+	$(CC) -shared -o $@ $^ -pthread -ldl -Wl,--no-undefined -Wl,-Bsymbolic-functions -Wl,-soname,libgpuckpt.so
+
+include test/test.mk
+
+clean:
+	rm -rf $(B)
+
+.PHONY: all clean check

@@ -1,0 +1,174 @@
+#!/usr/bin/env node
+/**
+ * The gpuckpt command line. Thin: parses arguments, calls the controller,
+ * prints. A GpuckptError becomes one line on stderr and exit status 1;
+ * anything else is a bug and keeps its stack.
+ */
+import { Command, Option } from 'commander';
+import { checkpointGpuOnly } from '../controller/checkpoint.js';
+import { runDemo } from '../controller/demo.js';
+import { GpuckptError } from '../controller/errors.js';
+import { inspectImage } from '../controller/inspect.js';
+import { parsePid } from '../controller/processes.js';
+import { listProcesses } from '../controller/ps.js';
+import { restoreInto } from '../controller/rollback.js';
+import { makeRunPlan, planAsShell } from '../controller/run-plan.js';
+import { parseSize } from '../controller/units.js';
+import { printCheckpoint, printInspect, printProcesses, printRollback, toJson } from './output.js';
+import { runWithoutExec } from './run-fallback.js';
+
+function examples(lines: string[]): string {
+  return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+}
+
+function parseWorkers(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > 256) throw new GpuckptError('BAD_ARGUMENT', `--workers "${v}" must be a whole number from 1 to 256`);
+  return n;
+}
+
+function buildProgram(): Command {
+  const program = new Command('gpuckpt')
+    .description('Checkpoint and restore CUDA applications: device memory in a fixed-address pool, saved and put back at identical addresses')
+    .version('0.1.0')
+    .showHelpAfterError('(run with --help for usage)')
+    .configureOutput({ outputError: (s, write) => write(s.startsWith('error:') ? `gpuckpt: ${s.slice(7)}` : s) });
+
+  program
+    .command('run')
+    .description('start a program under the gpuckpt shim (it keeps its own PID, exit status and signals)')
+    .option('--pool-size <size>', 'virtual size of the pool per GPU (default 256G)')
+    .option('--pool-base <addr>', 'fixed virtual base address of the pool (default 0x600000000000)')
+    .argument('<program...>', 'program and its arguments, after --')
+    .addHelpText('after', examples(['gpuckpt run -- ./train --epochs 10', 'gpuckpt run --pool-size 64G -- python3 serve.py']))
+    .action(async (command: string[], opts: { poolSize?: string; poolBase?: string }) => {
+      // Reached only without bin/gpuckpt's exec (e.g. node dist/cli/main.js run).
+      process.exitCode = await runWithoutExec(makeRunPlan(command, opts));
+    });
+
+  program
+    .command('ps')
+    .description('list processes running under gpuckpt, with their pool use')
+    .option('--json', 'print JSON on stdout')
+    .addHelpText('after', examples(['gpuckpt ps', 'gpuckpt ps --json']))
+    .action(async (opts: { json?: boolean }) => {
+      const rows = await listProcesses();
+      if (opts.json) console.log(toJson(rows));
+      else printProcesses(rows);
+    });
+
+  program
+    .command('checkpoint')
+    .description('save the GPU memory of a running process to an image (it keeps running)')
+    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .requiredOption('-o, --output <dir>', 'image directory to create')
+    .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
+    .option('--force', 'replace an existing image at the output path')
+    .option('--json', 'print a JSON summary on stdout')
+    .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
+    .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
+    .option('--workers <n>', 'compression threads (default: cores - 1)')
+    .addHelpText('after', examples(['gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1000', 'gpuckpt checkpoint 4242 --gpu-only -o snap --json']))
+    .action(async (pidText: string, opts: { output: string; gpuOnly: boolean; force?: boolean; json?: boolean; staging?: string; level: string; workers?: string }) => {
+      const pid = parsePid(pidText);
+      if (!opts.gpuOnly)
+        throw new GpuckptError('BAD_ARGUMENT', 'whole-process checkpoints (with CRIU) are not available yet: use --gpu-only');
+      const level = Number(opts.level);
+      if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
+      const summary = await checkpointGpuOnly(pid, opts.output, {
+        force: opts.force,
+        level,
+        stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
+        workers: opts.workers ? parseWorkers(opts.workers) : undefined,
+        progress: !opts.json && process.stderr.isTTY,
+      });
+      if (opts.json) console.log(toJson(summary));
+      else printCheckpoint(summary);
+    });
+
+  program
+    .command('restore')
+    .description('write an image back into a running process at identical addresses (roll back its GPU state)')
+    .argument('<image>', 'image directory made by gpuckpt checkpoint')
+    .requiredOption('--into <pid>', 'running process to restore into (same pool layout)')
+    .option('--json', 'print a JSON summary on stdout')
+    .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
+    .option('--workers <n>', 'decompression threads (default: cores - 1)')
+    .addHelpText('after', examples(['gpuckpt restore /ckpt/step1000 --into 4242']))
+    .action(async (image: string, opts: { into: string; json?: boolean; staging?: string; workers?: string }) => {
+      const summary = await restoreInto(image, parsePid(opts.into), {
+        stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
+        workers: opts.workers ? parseWorkers(opts.workers) : undefined,
+        progress: !opts.json && process.stderr.isTTY,
+      });
+      if (opts.json) console.log(toJson(summary));
+      else printRollback(summary);
+    });
+
+  program
+    .command('inspect')
+    .description('show what an image holds and verify every checksum')
+    .argument('<image>', 'image directory')
+    .option('--json', 'print JSON on stdout')
+    .option('--no-verify', 'skip decompressing every frame')
+    .addHelpText('after', examples(['gpuckpt inspect /ckpt/step1000', 'gpuckpt inspect snap --json']))
+    .action(async (image: string, opts: { json?: boolean; verify: boolean }) => {
+      const report = await inspectImage(image, { verify: opts.verify, progress: !opts.json && process.stderr.isTTY });
+      if (opts.json) console.log(toJson(report));
+      else printInspect(report);
+      if (report.problem) throw new GpuckptError('IMAGE_DATA_CORRUPT', report.problem);
+    });
+
+  program
+    .command('demo')
+    .description('build a sample CUDA program, checkpoint it live, change it, roll it back, and compare')
+    .addHelpText('after', examples(['gpuckpt demo']))
+    .action(async () => {
+      await runDemo((line) => console.log(`gpuckpt demo: ${line}`));
+    });
+
+  // Used by bin/gpuckpt: prints the sh code that execs `run`'s program.
+  program
+    .command('__run-plan', { hidden: true })
+    .allowUnknownOption()
+    .helpOption(false)
+    .argument('[args...]')
+    .action((args: string[]) => {
+      const sub = new Command('run')
+        .exitOverride()
+        .configureOutput({ writeOut: () => undefined, writeErr: () => undefined })
+        .option('--pool-size <size>')
+        .option('--pool-base <addr>')
+        .argument('[program...]');
+      let parsed: { command: string[]; opts: { poolSize?: string; poolBase?: string } } | undefined;
+      sub.action((command: string[], opts) => {
+        parsed = { command, opts };
+      });
+      try {
+        sub.parse(args.slice(args[0] === 'run' ? 1 : 0), { from: 'user' });
+      } catch {
+        // Help or a usage error: print nothing here and let bin/gpuckpt run
+        // the real parser, which prints it properly.
+        return;
+      }
+      if (!parsed || parsed.command.length === 0) return;
+      process.stdout.write(planAsShell(makeRunPlan(parsed.command, parsed.opts)));
+    });
+
+  return program;
+}
+
+async function main(): Promise<void> {
+  try {
+    await buildProgram().parseAsync(process.argv);
+  } catch (e) {
+    if (e instanceof GpuckptError) {
+      process.stderr.write(`gpuckpt: ${e.message}\n`);
+      process.exitCode = 1;
+      return;
+    }
+    throw e;
+  }
+}
+
+await main();

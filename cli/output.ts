@@ -1,0 +1,67 @@
+/** Human-readable and JSON renderings of the controller's results. */
+import type { CheckpointSummary } from '../controller/checkpoint.js';
+import type { InspectReport } from '../controller/inspect.js';
+import type { ProcessRow } from '../controller/ps.js';
+import type { RollbackSummary } from '../controller/rollback.js';
+import { formatBytes, hex } from '../controller/units.js';
+
+/** JSON with 64-bit values readable by any consumer: addresses as hex
+ * strings, other BigInts as numbers (sizes stay far below 2^53). */
+export function toJson(value: unknown): string {
+  return JSON.stringify(
+    value,
+    (key, v) => {
+      if (typeof v !== 'bigint') return v;
+      return /^(addr|poolBase|base)$/.test(key) ? hex(v) : Number(v);
+    },
+    2,
+  );
+}
+
+export function printProcesses(rows: ProcessRow[]): void {
+  if (rows.length === 0) {
+    console.log('no processes running under gpuckpt');
+    return;
+  }
+  const header = ['PID', 'POOL BASE', 'SIZE/GPU', 'IN USE (per GPU)', 'OUTSIDE POOL', 'STATE', 'COMMAND'];
+  const table = rows.map((r) => {
+    const outside = r.outsidePool.managed + r.outsidePool.streamOrdered + r.outsidePool.host + r.outsidePool.unrouted;
+    return [
+      String(r.pid),
+      r.error ? '-' : hex(r.poolBase),
+      r.error ? '-' : formatBytes(r.sliceSize),
+      r.error ? '-' : r.devices.map((d) => `${d.device}:${formatBytes(d.bytesInUse)}`).join(' ') || '-',
+      r.error ? '-' : formatBytes(outside),
+      r.error ? `error: ${r.error}` : r.gate === 'closed' ? `${r.poolState}, paused` : r.poolState,
+      r.command.join(' '),
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
+  for (const row of [header, ...table]) console.log(row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]!))).join('  '));
+}
+
+export function printCheckpoint(s: CheckpointSummary): void {
+  console.log(`checkpoint of process ${s.pid} written to ${s.image}`);
+  console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
+  console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s; total ${s.seconds} s (${s.throughputGBps} GB/s)`);
+}
+
+export function printRollback(s: RollbackSummary): void {
+  console.log(`restored ${s.image} into process ${s.pid}: ${formatBytes(s.rawBytes)} in ${s.seconds} s`);
+  console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s`);
+}
+
+export function printInspect(r: InspectReport): void {
+  const m = r.manifest;
+  const outside = m.outsidePool;
+  console.log(`image        ${r.image}`);
+  console.log(`format       ${m.format} version ${m.version} (protocol ${m.protocolVersion}), ${m.kind}, created ${m.createdAt}`);
+  console.log(`source       pid ${m.source.pid} on ${m.source.host}: ${m.source.command.join(' ')}`);
+  console.log(`pool         base ${hex(m.pool.base)}, ${formatBytes(m.pool.sliceSize)} per device, ${m.pool.deviceCount} device(s)`);
+  for (const d of m.devices) console.log(`device ${d.ordinal}     ${d.name} (${d.uuid}), ${formatBytes(d.totalMemory)}`);
+  console.log(`allocations  ${m.allocations.length}`);
+  for (const a of m.allocations) console.log(`  device ${a.device}  ${hex(a.addr)}  ${formatBytes(a.size)}`);
+  console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames`);
+  console.log(`outside pool managed ${formatBytes(outside.managed)}, stream-ordered ${formatBytes(outside.streamOrdered)}, pinned host ${formatBytes(outside.host)}, unrouted ${formatBytes(outside.unrouted)}`);
+  console.log(`checksums    ${r.verified ? 'all verified' : r.problem ? `FAILED: ${r.problem}` : 'not checked'}`);
+}

@@ -1,0 +1,223 @@
+/**
+ * Live GPU-only checkpoint: pause the application's CUDA work, copy every
+ * live pool allocation by DMA into staging memory, let the application go,
+ * and compress and write the image from staging in worker threads.
+ *
+ * The pause ends as soon as the last byte is in staging. When staging cannot
+ * hold everything, its regions are reused as their frames are compressed, and the
+ * pause then also covers that compression (reported, never hidden).
+ */
+import { hostname } from 'node:os';
+import { CodecPool } from './codec-pool.js';
+import { GpuckptError } from './errors.js';
+import { FORMAT_VERSION, ImageWriter, type FrameRecord, type Manifest } from './image/index.js';
+import { commandLine } from './processes.js';
+import { Progress } from './progress.js';
+import { ShimSession, type StagingMemory } from './session.js';
+import { alignUp, MAX_RANGES_PER_COPY, splitIntoPieces, StagingRing, stagingBytes, type Piece } from './staging-plan.js';
+import { formatBytes, round, seconds } from './units.js';
+import { native } from '../native/index.js';
+
+export interface CheckpointOptions {
+  force?: boolean;
+  /** Upper bound on staging memory (default: half of free host memory). */
+  stagingLimit?: bigint;
+  /** zstd level (1 = fastest). */
+  level?: number;
+  workers?: number;
+  /** How long the application may stay paused without a word from us. */
+  leaseMs?: number;
+  progress?: boolean;
+}
+
+export interface CheckpointSummary {
+  image: string;
+  pid: number;
+  allocations: number;
+  frames: number;
+  rawBytes: number;
+  storedBytes: number;
+  ratio: number;
+  seconds: number;
+  pauseSeconds: number;
+  copySeconds: number;
+  copyGBps: number;
+  throughputGBps: number;
+  stagingBytes: number;
+  ringMode: boolean;
+}
+
+export const DEFAULT_LEASE_MS = 30_000;
+
+export async function checkpointGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}): Promise<CheckpointSummary> {
+  const t0 = performance.now();
+  const session = await ShimSession.open(pid);
+  let writer: ImageWriter | undefined;
+  let codecs: CodecPool | undefined;
+  let staging: StagingMemory | undefined;
+  try {
+    if (session.hello.poolState === 2)
+      throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
+    const [status, devices] = await Promise.all([session.status(), session.devices()]);
+    const inUse = status.devices.reduce((s, d) => s + d.bytesInUse, 0n);
+    const allocs = status.devices.reduce((s, d) => s + d.allocations, 0);
+    writer = await ImageWriter.create(out, { force: opts.force });
+    // Sized from a status taken before the pause; if the application
+    // allocates more meanwhile, the ring absorbs it.
+    staging = await session.mapStaging(stagingBytes(inUse, Number(inUse / 16777216n) + allocs, opts.stagingLimit));
+    codecs = new CodecPool(opts.workers);
+    await codecs.mapStaging(staging.fd, staging.size);
+
+    const run = await copyAndCompress(session, staging, codecs, writer, opts);
+    const outside = status.outsidePool;
+    const manifest: Manifest = {
+      format: 'gpuckpt-image',
+      version: FORMAT_VERSION,
+      protocolVersion: native().protocolVersion,
+      kind: 'gpu-only',
+      createdAt: new Date().toISOString(),
+      source: { pid, command: commandLine(pid), host: hostname(), uid: process.getuid?.() ?? 0 },
+      pool: {
+        base: session.hello.poolBase,
+        sliceSize: session.hello.sliceSize,
+        deviceCount: session.hello.deviceCount,
+        quantum: session.hello.quantum,
+      },
+      devices: devices.map((d) => ({ ordinal: d.ordinal, name: d.name, uuid: d.uuid, totalMemory: d.totalMemory })),
+      allocations: run.allocations.map((a) => ({ device: a.device, addr: a.addr, size: a.size })),
+      outsidePool: { ...outside },
+      data: { file: 'pool.zst', frames: run.frames, rawBytes: run.rawBytes, storedBytes: writer.storedBytes },
+      stats: {
+        pauseSeconds: run.pauseSeconds,
+        copySeconds: run.copySeconds,
+        drainSeconds: run.drainSeconds,
+        syncSeconds: run.syncSeconds,
+        stagingRegisterSeconds: seconds(staging.registerNs),
+      },
+    };
+    await writer.commit(manifest);
+    const total = (performance.now() - t0) / 1000;
+    const raw = Number(run.rawBytes);
+    return {
+      image: writer.path,
+      pid,
+      allocations: run.allocations.length,
+      frames: run.frames.length,
+      rawBytes: raw,
+      storedBytes: Number(writer.storedBytes),
+      ratio: round(raw / Math.max(1, Number(writer.storedBytes)), 2),
+      seconds: round(total),
+      pauseSeconds: round(run.pauseSeconds, 4),
+      copySeconds: round(run.copySeconds, 4),
+      copyGBps: round(raw / 1e9 / Math.max(run.copySeconds, 1e-9), 2),
+      throughputGBps: round(raw / 1e9 / total, 2),
+      stagingBytes: staging.size,
+      ringMode: run.ringMode,
+    };
+  } catch (e) {
+    await writer?.abort().catch(() => undefined);
+    throw e;
+  } finally {
+    session.close();
+    await codecs?.close();
+    if (staging) native().closeFd(staging.fd);
+  }
+}
+
+interface CopyRun {
+  allocations: { device: number; addr: bigint; size: bigint }[];
+  frames: FrameRecord[];
+  rawBytes: bigint;
+  pauseSeconds: number;
+  copySeconds: number;
+  drainSeconds: number;
+  syncSeconds: number;
+  ringMode: boolean;
+}
+
+async function copyAndCompress(
+  session: ShimSession,
+  staging: StagingMemory,
+  codecs: CodecPool,
+  writer: ImageWriter,
+  opts: CheckpointOptions,
+): Promise<CopyRun> {
+  const progress = new Progress(opts.progress);
+  const level = opts.level ?? 1;
+  const ring = new StagingRing(staging.size);
+  const frames: FrameRecord[] = [];
+  const compressions: Promise<void>[] = [];
+  let firstFailure: unknown;
+  let written = 0;
+
+  const pauseStart = performance.now();
+  const q = await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
+  let paused = true;
+  let copySeconds = 0;
+  let pauseSeconds = 0;
+  let pieces: Piece[] = [];
+  let allocations: CopyRun['allocations'] = [];
+  let copied = 0;
+  try {
+    allocations = await session.listAllocations();
+    pieces = splitIntoPieces(allocations);
+    const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
+    for (let i = 0; i < pieces.length; ) {
+      // A batch never wraps over itself: its regions are held only once copied.
+      const batch: { piece: Piece; offset: number }[] = [];
+      do {
+        batch.push({ piece: pieces[i]!, offset: await ring.place(pieces[i]!.length) });
+        i++;
+      } while (i < pieces.length && batch.length < MAX_RANGES_PER_COPY && !ring.wraps(pieces[i]!.length));
+      if (firstFailure) throw firstFailure;
+      const c0 = performance.now();
+      await session.copyOut(
+        batch.map(({ piece, offset }) => ({ device: piece.device, addr: piece.addr, length: piece.length, stagingOffset: offset })),
+      );
+      copySeconds += (performance.now() - c0) / 1000;
+      for (const { piece, offset } of batch) {
+        const job = compressAndWrite(piece, offset).catch((e) => {
+          firstFailure ??= e;
+        });
+        ring.hold(offset, piece.length, job);
+        compressions.push(job);
+        copied += piece.length;
+      }
+      progress.update(`checkpoint: copied ${formatBytes(copied)} of ${formatBytes(totalBytes)}`);
+    }
+    // Everything is in staging: the application may run again.
+    await session.resume();
+    paused = false;
+    pauseSeconds = (performance.now() - pauseStart) / 1000;
+    await Promise.all(compressions);
+    if (firstFailure) throw firstFailure;
+  } finally {
+    if (paused) {
+      // Let the application go whatever happened; then wait for workers
+      // still reading staging before the caller tears it down.
+      await session.resume().catch(() => undefined);
+      await Promise.allSettled(compressions);
+    }
+    progress.done();
+  }
+
+  async function compressAndWrite(piece: Piece, stagingOffset: number): Promise<void> {
+    const data = await codecs.compress(stagingOffset, piece.length, level);
+    const fileOffset = await writer.appendFrame(data);
+    frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
+    written += piece.length;
+    progress.update(`checkpoint: wrote ${formatBytes(written)}`);
+  }
+
+  frames.sort((a, b) => (a.offset < b.offset ? -1 : a.offset > b.offset ? 1 : 0));
+  return {
+    allocations,
+    frames,
+    rawBytes: BigInt(pieces.reduce((s, p) => s + p.length, 0)),
+    pauseSeconds,
+    copySeconds,
+    drainSeconds: seconds(q.drainNs),
+    syncSeconds: seconds(q.syncNs),
+    ringMode: pieces.reduce((s, p) => alignUp(s + p.length), 0) > staging.size,
+  };
+}

@@ -1,0 +1,127 @@
+/**
+ * A pool of worker threads that compress and decompress frames in parallel,
+ * so the event loop only schedules and writes. Each worker maps the staging
+ * memfd once; tasks name offsets in it.
+ */
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { GpuckptError, type ErrorCode } from './errors.js';
+
+export type CodecTask =
+  | { id: number; op: 'map'; fd: number; size: number }
+  | { id: number; op: 'compress'; offset: number; length: number; level: number }
+  | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string }
+  | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string };
+
+export interface CodecReply {
+  id: number;
+  data?: ArrayBuffer;
+  error?: { code: string; message: string };
+}
+
+type DistributiveOmit<T, K extends keyof any> = T extends unknown ? Omit<T, K> : never;
+type TaskBody = DistributiveOmit<CodecTask, 'id'>;
+
+interface Slot {
+  worker: Worker;
+  busy: number;
+}
+
+/** Default: every core but one, which stays for the event loop and I/O. */
+export function defaultWorkerCount(): number {
+  return Math.max(1, Math.min(32, availableParallelism() - 1));
+}
+
+export class CodecPool {
+  private readonly slots: Slot[] = [];
+  private readonly pending = new Map<number, { resolve: (r: CodecReply) => void; reject: (e: Error) => void }>();
+  private nextId = 1;
+  private failed: Error | undefined;
+
+  constructor(workers = defaultWorkerCount()) {
+    const url = new URL('./codec-worker.js', import.meta.url);
+    for (let i = 0; i < workers; i++) {
+      const worker = new Worker(url);
+      worker.on('message', (r: CodecReply) => this.settle(r));
+      worker.on('error', (e) => this.failAll(e));
+      this.slots.push({ worker, busy: 0 });
+    }
+  }
+
+  get size(): number {
+    return this.slots.length;
+  }
+
+  /** Maps the staging memfd in every worker. */
+  async mapStaging(fd: number, size: number): Promise<void> {
+    await Promise.all(this.slots.map((s) => this.send(s, { op: 'map', fd, size }, [])));
+  }
+
+  async compress(offset: number, length: number, level: number): Promise<Uint8Array> {
+    const r = await this.send(this.leastBusy(), { op: 'compress', offset, length, level }, []);
+    return new Uint8Array(r.data!);
+  }
+
+  async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string): Promise<void> {
+    const buf = ownBuffer(compressed);
+    await this.send(this.leastBusy(), { op: 'decompress', compressed: buf, offset, length, what }, [buf]);
+  }
+
+  async verify(compressed: Uint8Array, length: number, what: string): Promise<void> {
+    const buf = ownBuffer(compressed);
+    await this.send(this.leastBusy(), { op: 'verify', compressed: buf, length, what }, [buf]);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.slots.map((s) => s.worker.terminate()));
+    this.slots.length = 0;
+  }
+
+  private leastBusy(): Slot {
+    let best = this.slots[0]!;
+    for (const s of this.slots) if (s.busy < best.busy) best = s;
+    return best;
+  }
+
+  private send(slot: Slot, body: TaskBody, transfer: ArrayBuffer[]): Promise<CodecReply> {
+    if (this.failed) return Promise.reject(this.failed);
+    const id = this.nextId++;
+    slot.busy++;
+    return new Promise<CodecReply>((resolve, reject) => {
+      this.pending.set(id, {
+        resolve: (r) => {
+          slot.busy--;
+          resolve(r);
+        },
+        reject: (e) => {
+          slot.busy--;
+          reject(e);
+        },
+      });
+      slot.worker.postMessage({ ...body, id } as CodecTask, transfer);
+    });
+  }
+
+  private settle(r: CodecReply): void {
+    const p = this.pending.get(r.id);
+    if (!p) return;
+    this.pending.delete(r.id);
+    if (r.error) p.reject(new GpuckptError(r.error.code as ErrorCode, r.error.message));
+    else p.resolve(r);
+  }
+
+  private failAll(e: Error): void {
+    this.failed = new GpuckptError('INTERNAL', `codec worker failed: ${e.message}`, { cause: e });
+    for (const p of this.pending.values()) p.reject(this.failed);
+    this.pending.clear();
+  }
+}
+
+/** A transferable ArrayBuffer holding exactly these bytes. */
+function ownBuffer(bytes: Uint8Array): ArrayBuffer {
+  if (bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength && bytes.buffer instanceof ArrayBuffer)
+    return bytes.buffer;
+  const copy = new Uint8Array(bytes.length);
+  copy.set(bytes);
+  return copy.buffer;
+}

@@ -1,0 +1,45 @@
+/**
+ * The one error class of gpuckpt. Every failure a user can cause or meet is a
+ * GpuckptError with a stable string code: the CLI prints `gpuckpt: <message>`
+ * on one line and exits non-zero; anything else is a bug and keeps its stack.
+ */
+export type ErrorCode =
+  // processes and sessions
+  | 'PID_NOT_RUNNING'
+  | 'NOT_UNDER_GPUCKPT'
+  | 'PEER_REFUSED'
+  | 'PROTOCOL_VERSION'
+  | 'PROTOCOL_ERROR'
+  | 'SHIM_ERROR'
+  | 'SESSION_CLOSED'
+  // images
+  | 'IMAGE_MISSING'
+  | 'IMAGE_NOT_AN_IMAGE'
+  | 'IMAGE_VERSION'
+  | 'IMAGE_TRUNCATED'
+  | 'IMAGE_CORRUPT'
+  | 'IMAGE_DATA_CORRUPT'
+  | 'IMAGE_EXISTS'
+  | 'IMAGE_WRITE_FAILED'
+  | 'IMAGE_READ_FAILED'
+  | 'LAYOUT_MISMATCH'
+  // environment and usage
+  | 'NO_GPU'
+  | 'NO_NVCC'
+  | 'NO_SHIM'
+  | 'BAD_ARGUMENT'
+  | 'INTERNAL';
+
+export class GpuckptError extends Error {
+  readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'GpuckptError';
+    this.code = code;
+  }
+}
+
+export function isGpuckptError(e: unknown, code?: ErrorCode): e is GpuckptError {
+  return e instanceof GpuckptError && (code === undefined || e.code === code);
+}

@@ -1,0 +1,24 @@
+/**
+ * Constants of the on-disk image format. Kept apart from the manifest code so
+ * that every image module can share them without import cycles.
+ */
+
+/** Name of the manifest file inside an image directory. */
+export const MANIFEST_FILE = 'manifest';
+/** Name of the file of concatenated zstd frames inside an image directory. */
+export const DATA_FILE = 'pool.zst';
+/** Bump whenever a reader of the previous version would misread a new image. */
+export const FORMAT_VERSION = 1;
+export const MANIFEST_MAGIC: Buffer = Buffer.from('GPUCKPT\0', 'latin1');
+/** magic(8) + version(4) + payload length(4) + SHA-256(32). */
+export const MANIFEST_HEADER_LENGTH = 48;
+/** No sane manifest comes near this; refusing bigger ones keeps a stray huge file from being read into memory. */
+export const MAX_MANIFEST_PAYLOAD = 256 * 1024 * 1024;
+/**
+ * Upper bound on one frame's raw length. Writers choose smaller pieces (a few
+ * MiB); the bound exists so that a manifest cannot make a reader allocate
+ * arbitrarily large buffers.
+ */
+export const MAX_FRAME_LENGTH = 64 * 1024 * 1024;
+/** More GPUs than any host has; bounds loops over devices driven by the manifest. */
+export const MAX_DEVICES = 1024;

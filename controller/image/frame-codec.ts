@@ -1,0 +1,84 @@
+/**
+ * Compression of one frame of pool data (one piece of one allocation) into one
+ * self-contained zstd frame, and the checked inverse.
+ *
+ * Every frame carries zstd's content checksum (XXH64 of the raw bytes) and its
+ * content size, so decompression alone proves the bytes are what was saved:
+ * restore must never write silently damaged memory into a GPU.
+ *
+ * Both directions keep one zstd context in module state. Module state is per
+ * thread (each worker_thread loads its own copy of this module and of the
+ * native addon's context objects), so this is safe in workers and avoids a
+ * context allocation per frame.
+ */
+import { Compressor } from 'zstd-napi';
+import zstd from 'zstd-napi/binding.js';
+import { GpuckptError } from '../errors.js';
+
+/** zstd frame magic 0xFD2FB528, little-endian on disk. */
+const ZSTD_MAGIC = 0xfd2fb528;
+/** Frame_Header_Descriptor bit 2: a 4-byte content checksum ends the frame. */
+const CHECKSUM_FLAG_BIT = 0x04;
+
+let compressor: Compressor | undefined;
+let compressorLevel: number | undefined;
+let dctx: InstanceType<typeof zstd.DCtx> | undefined;
+
+/** Compress `raw` as one zstd frame with content checksum and content size. */
+export function compressFrame(raw: Uint8Array, level = 1): Buffer {
+  compressor ??= new Compressor();
+  if (compressorLevel !== level) {
+    compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true });
+    compressorLevel = level;
+  }
+  return compressor.compress(raw);
+}
+
+/**
+ * Decompress one frame written by compressFrame and prove it intact: exactly
+ * one zstd frame, with a checksum, declaring and producing `expectedLength`
+ * bytes. `what` names the frame in the error (e.g. "frame 3 (device 0, 0x...)").
+ * Any failure is IMAGE_DATA_CORRUPT.
+ */
+export function decompressFrame(compressed: Uint8Array, expectedLength: number, what: string): Buffer {
+  const corrupt = (why: string, cause?: unknown): GpuckptError =>
+    new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${what}: ${why}`, { cause });
+
+  // Checked before decompressing: a frame without a checksum would decode
+  // damaged data without complaint, and a wrong declared size must not drive
+  // the output allocation.
+  if (compressed.length < 6 || Buffer.from(compressed.buffer, compressed.byteOffset, 4).readUInt32LE(0) !== ZSTD_MAGIC) {
+    throw corrupt('not a zstd frame');
+  }
+  if ((compressed[4]! & CHECKSUM_FLAG_BIT) === 0) {
+    throw corrupt('zstd frame has no content checksum');
+  }
+  let declared: number | null;
+  let frameLength: number;
+  try {
+    declared = zstd.getFrameContentSize(compressed);
+    frameLength = zstd.findFrameCompressedSize(compressed);
+  } catch (e) {
+    throw corrupt(`bad zstd frame (${(e as Error).message})`, e);
+  }
+  if (declared !== expectedLength) {
+    throw corrupt(`zstd frame declares ${declared ?? 'no'} content bytes, expected ${expectedLength}`);
+  }
+  if (frameLength !== compressed.length) {
+    throw corrupt(`zstd frame is ${frameLength} bytes but ${compressed.length} were stored`);
+  }
+
+  dctx ??= new zstd.DCtx();
+  const out = Buffer.allocUnsafe(expectedLength);
+  let produced: number;
+  try {
+    produced = dctx.decompress(out, compressed);
+  } catch (e) {
+    // e.g. "Restored data doesn't match checksum", "Corrupted block detected".
+    throw corrupt((e as Error).message, e);
+  }
+  if (produced !== expectedLength) {
+    throw corrupt(`decompressed to ${produced} bytes, expected ${expectedLength}`);
+  }
+  return out;
+}

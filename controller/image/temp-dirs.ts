@@ -1,0 +1,74 @@
+/**
+ * Hidden working directories of image writers.
+ *
+ * A writer builds its image in `.<name>.gpuckpt-tmp-<pid>-<random>` next to the
+ * target, so that the final rename stays on one filesystem (atomic) and an
+ * interrupted write never shows up under the image's name. The same pattern
+ * names an old image being swapped out by a forced replace. A writer that is
+ * killed leaves its directory behind; the pid in the name lets a later writer
+ * tell abandoned directories (pid gone) from ones still being written.
+ *
+ * Limitation: pids are only meaningful within one pid namespace and host. Two
+ * containers with different pid namespaces writing images into one shared
+ * directory could mistake each other's live directory for a stale one.
+ */
+import { randomBytes } from 'node:crypto';
+import { lstat, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+
+const TEMP_MARK = '.gpuckpt-tmp-';
+const TEMP_NAME = /^\..+\.gpuckpt-tmp-(\d+)-[0-9a-f]+$/;
+
+/** A fresh hidden name for a working directory of `name`, owned by this process. */
+export function tempDirName(name: string): string {
+  return `.${name}${TEMP_MARK}${process.pid}-${randomBytes(8).toString('hex')}`;
+}
+
+/** The pid that owns a working directory named `entry`, or undefined if it is not one. */
+export function tempDirOwner(entry: string): number | undefined {
+  const m = TEMP_NAME.exec(entry);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Whether `pid` names a live process (one we may not signal still counts as live). */
+export function isPidAlive(pid: number): boolean {
+  if (pid === process.pid) return true;
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    // ESRCH: no such process. EPERM: exists but belongs to someone else.
+    return (e as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
+
+/**
+ * Delete the working directories in `parentDir` left by writers that are no
+ * longer running. Best effort: an unreadable parent or an entry that cannot
+ * be removed is skipped, since failing here would only block a new image for
+ * the sake of old garbage. Returns the paths removed.
+ */
+export async function removeStaleTempDirs(parentDir: string): Promise<string[]> {
+  let entries: string[];
+  try {
+    entries = await readdir(parentDir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const entry of entries) {
+    const pid = tempDirOwner(entry);
+    if (pid === undefined || isPidAlive(pid)) continue;
+    const full = join(parentDir, entry);
+    try {
+      // lstat: never follow a symlink that merely has a matching name.
+      if (!(await lstat(full)).isDirectory()) continue;
+      await rm(full, { recursive: true, force: true });
+      removed.push(full);
+    } catch {
+      // Skipped; see above.
+    }
+  }
+  return removed;
+}

@@ -1,0 +1,187 @@
+/**
+ * A conversation with the shim inside one process: finds its socket,
+ * connects, checks the protocol version, and turns every failure into a
+ * GpuckptError a user can act on. One request at a time (the shim serves a
+ * session in order anyway), so calls are queued here.
+ */
+import { existsSync } from 'node:fs';
+import { GpuckptError } from './errors.js';
+import { hasShimLoaded, isAlive, processUid } from './processes.js';
+import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
+import {
+  MessageType,
+  native,
+  PoolState,
+  type AllocEntry,
+  type CopyRange,
+  type DeviceInfo,
+  type HelloReply,
+  type NativeError,
+  type NativeSession,
+  type StatusReply,
+} from '../native/index.js';
+
+/** Most allocations listed per request (GPCK_MAX_LIST_ENTRIES caps it). */
+const LIST_PAGE = 4096;
+/** A plain request that takes longer than this means the shim is stuck. */
+const REQUEST_TIMEOUT_MS = 60_000;
+
+export interface StagingMemory {
+  fd: number;
+  size: number;
+  /** Controller's own view of the shim's staging memfd. */
+  view: Uint8Array;
+  registerNs: number;
+}
+
+export class ShimSession {
+  readonly pid: number;
+  readonly hello: HelloReply;
+  private readonly conn: NativeSession;
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  private constructor(pid: number, conn: NativeSession, hello: HelloReply) {
+    this.pid = pid;
+    this.conn = conn;
+    this.hello = hello;
+  }
+
+  /** Locates the control socket of pid and says hello. */
+  static async open(pid: number): Promise<ShimSession> {
+    if (!isAlive(pid)) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
+    const uid = processUid(pid);
+    const myUid = process.getuid?.() ?? 0;
+    const dirs = [...new Set([processRunDir(pid), ownRunDir()].filter((d): d is string => !!d))];
+    const path = dirs.map((d) => socketPath(d, pid)).find((p) => existsSync(p));
+    if (!path) {
+      if (uid !== undefined && uid !== myUid)
+        throw new GpuckptError('PEER_REFUSED', `process ${pid} belongs to uid ${uid}; gpuckpt controls only your own processes`);
+      if (hasShimLoaded(pid))
+        throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} runs under gpuckpt but has not started CUDA yet (no control socket)`);
+      throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} is not running under gpuckpt (start it with: gpuckpt run -- PROGRAM)`);
+    }
+    let conn: NativeSession;
+    try {
+      conn = new (native().Session)(path);
+    } catch (e) {
+      const err = e as NativeError;
+      if (err.code === 'EACCES' || err.code === 'EPERM')
+        throw new GpuckptError('PEER_REFUSED', `process ${pid}'s control socket is not yours (${path})`);
+      if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT')
+        throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} is not running under gpuckpt (stale socket ${path})`);
+      throw new GpuckptError('SESSION_CLOSED', `cannot connect to process ${pid}: ${err.message}`);
+    }
+    let hello: HelloReply;
+    try {
+      hello = await conn.request(MessageType.HELLO, {}, REQUEST_TIMEOUT_MS);
+    } catch (e) {
+      conn.close();
+      throw mapError(e, pid, 'hello');
+    }
+    return new ShimSession(pid, conn, hello);
+  }
+
+  get poolActive(): boolean {
+    return this.hello.poolState === PoolState.ACTIVE;
+  }
+
+  private request<T>(type: number, what: string, args: object = {}, timeoutMs = REQUEST_TIMEOUT_MS): Promise<T> {
+    if (this.closed) return Promise.reject(new GpuckptError('SESSION_CLOSED', `session with process ${this.pid} is closed`));
+    const run = async (): Promise<T> => {
+      try {
+        return (await this.conn.request(type, args, timeoutMs)) as T;
+      } catch (e) {
+        throw mapError(e, this.pid, what);
+      }
+    };
+    const p = this.queue.then(run, run);
+    this.queue = p.catch(() => undefined);
+    return p;
+  }
+
+  status(): Promise<StatusReply> {
+    return this.request(MessageType.STATUS, 'status');
+  }
+
+  async devices(): Promise<DeviceInfo[]> {
+    return (await this.request<{ devices: DeviceInfo[] }>(MessageType.DEVICES, 'devices')).devices;
+  }
+
+  /** Pauses the application's CUDA work; see gpuckpt_protocol.h for the lease. */
+  quiesce(leaseMs: number): Promise<{ drainNs: number; syncNs: number }> {
+    return this.request(MessageType.QUIESCE, 'quiesce', { leaseMs }, leaseMs + REQUEST_TIMEOUT_MS);
+  }
+
+  resume(): Promise<{ closedNs: number }> {
+    return this.request(MessageType.RESUME, 'resume');
+  }
+
+  async listAllocations(): Promise<AllocEntry[]> {
+    const all: AllocEntry[] = [];
+    let start = 0n;
+    for (;;) {
+      const page = await this.request<{ entries: AllocEntry[]; more: boolean; next: bigint }>(
+        MessageType.LIST_ALLOCS,
+        'list allocations',
+        { start, max: LIST_PAGE },
+      );
+      all.push(...page.entries);
+      if (!page.more) return all;
+      start = page.next;
+    }
+  }
+
+  /** Asks the shim for size bytes of registered staging memory and maps it here too. */
+  async mapStaging(size: number): Promise<StagingMemory> {
+    const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
+      MessageType.STAGING_MAP,
+      'map staging memory',
+      { size: BigInt(size) },
+    );
+    if (rep.fd === undefined) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
+    const view = new Uint8Array(native().mapFd(rep.fd, rep.size));
+    return { fd: rep.fd, size: Number(rep.size), view, registerNs: rep.registerNs };
+  }
+
+  copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.COPY_OUT, 'copy out', { ranges });
+  }
+
+  copyIn(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.COPY_IN, 'copy in', { ranges });
+  }
+
+  /** Closing the socket also makes the shim reopen the gate and drop staging. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.conn.close();
+  }
+}
+
+function mapError(e: unknown, pid: number, what: string): GpuckptError {
+  const err = e as NativeError;
+  if (err instanceof GpuckptError) return err;
+  const code = err?.code;
+  if (code === 'EACCES')
+    return new GpuckptError('PEER_REFUSED', `process ${pid} refused the connection: it belongs to another user`);
+  if (code === 'EPROTONOSUPPORT')
+    return new GpuckptError('PROTOCOL_VERSION', `process ${pid} runs a gpuckpt shim of another protocol version than this controller (${native().protocolVersion}); use the gpuckpt that started it`);
+  if (err?.transport) {
+    if (!isAlive(pid)) return new GpuckptError('PID_NOT_RUNNING', `process ${pid} exited during ${what}`);
+    if (code === 'ETIMEDOUT') return new GpuckptError('SHIM_ERROR', `process ${pid} did not answer ${what} in time`);
+    return new GpuckptError('SESSION_CLOSED', `lost the connection to process ${pid} during ${what}: ${err.message}`);
+  }
+  const reason: Record<string, string> = {
+    EBUSY: 'another gpuckpt command is working on it',
+    ETIMEDOUT: 'a CUDA call in the application did not return (it may be waiting on another thread)',
+    EFAULT: 'a range lies outside the live pool allocations',
+    ERANGE: 'a range lies outside the staging memory',
+    ENOMEM: 'out of memory',
+    EIO: 'the CUDA driver reported an error',
+    EPERM: 'the application is not paused by this session',
+  };
+  const why = (code && reason[code]) || err?.message || String(e);
+  return new GpuckptError('SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);
+}

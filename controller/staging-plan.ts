@@ -1,0 +1,108 @@
+/**
+ * How pool data is cut into frames and laid out in staging memory.
+ *
+ * Frames are at most FRAME_BYTES, so compression spreads over workers and a
+ * damaged frame costs little. Pieces are packed into staging one after the
+ * other (4 KiB aligned). When staging holds every piece, nothing is reused
+ * and the application's pause is pure DMA; when it cannot, staging is used
+ * as a ring and a region is reused once its frame has been compressed.
+ */
+import { freemem } from 'node:os';
+
+export const FRAME_BYTES = 16 * 1024 * 1024;
+/** Ranges per copy request (GPCK_MAX_COPY_RANGES in the protocol header). */
+export const MAX_RANGES_PER_COPY = 256;
+const ALIGN = 4096;
+
+export interface Piece {
+  device: number;
+  addr: bigint;
+  length: number;
+}
+
+export function splitIntoPieces(allocs: { device: number; addr: bigint; size: bigint }[]): Piece[] {
+  const pieces: Piece[] = [];
+  const frame = BigInt(FRAME_BYTES);
+  for (const a of allocs) {
+    for (let off = 0n; off < a.size; off += frame) {
+      const left = a.size - off;
+      pieces.push({ device: a.device, addr: a.addr + off, length: Number(left < frame ? left : frame) });
+    }
+  }
+  return pieces;
+}
+
+export function alignUp(n: number): number {
+  return Math.ceil(n / ALIGN) * ALIGN;
+}
+
+/**
+ * Staging bytes to ask for: room for all the data (each piece aligned) when
+ * the host has the memory, never less than two frames (copy and compress
+ * overlap), never more than `limit` (default: half of free memory).
+ */
+export function stagingBytes(dataBytes: bigint, pieces: number, limit: bigint | undefined): number {
+  const cap = limit ?? BigInt(Math.floor(freemem() / 2));
+  const want = dataBytes + BigInt(pieces + 1) * BigInt(ALIGN);
+  const minimum = 2n * BigInt(FRAME_BYTES);
+  let bytes = want < cap ? want : cap;
+  if (bytes < minimum) bytes = minimum;
+  return alignUp(Number(bytes));
+}
+
+/**
+ * Staging as a ring: place() hands out the next region, first waiting for
+ * the work still reading any older region it overlaps.
+ */
+export class StagingRing {
+  private cursor = 0;
+  private readonly live: { start: number; end: number; done: Promise<unknown> }[] = [];
+
+  constructor(readonly size: number) {}
+
+  /** True when the next region of this length starts over at offset 0. */
+  wraps(length: number): boolean {
+    return this.cursor + length > this.size;
+  }
+
+  async place(length: number): Promise<number> {
+    let start = this.cursor;
+    if (start + length > this.size) start = 0;
+    const end = start + length;
+    for (let i = 0; i < this.live.length; ) {
+      const r = this.live[i]!;
+      if (r.start < end && start < r.end) {
+        await r.done;
+        this.live.splice(i, 1);
+      } else i++;
+    }
+    this.cursor = alignUp(end);
+    return start;
+  }
+
+  /** Region [start, start+length) is busy until done settles. */
+  hold(start: number, length: number, done: Promise<unknown>): void {
+    this.live.push({ start, end: start + length, done: done.catch(() => undefined) });
+  }
+}
+
+/**
+ * Consecutive groups of pieces that fit in staging together and in one copy
+ * request each, with their staging offsets.
+ */
+export function batches<T extends { length: number }>(items: T[], stagingSize: number): { item: T; offset: number }[][] {
+  const out: { item: T; offset: number }[][] = [];
+  let cur: { item: T; offset: number }[] = [];
+  let used = 0;
+  for (const item of items) {
+    if (cur.length === MAX_RANGES_PER_COPY || (cur.length > 0 && used + item.length > stagingSize)) {
+      out.push(cur);
+      cur = [];
+      used = 0;
+    }
+    cur.push({ item, offset: used });
+    used = alignUp(used + item.length);
+  }
+  if (cur.length) out.push(cur);
+  return out;
+}

@@ -1,0 +1,39 @@
+/* Shim settings, read once from the environment (gpuckpt run sets them).
+ *   GPUCKPT_POOL_BASE    fixed virtual base of the pool (default 0x600000000000)
+ *   GPUCKPT_POOL_SIZE    virtual size of each device's slice (default 256G)
+ *   GPUCKPT_CHUNK_SIZE   physical mapping unit (default 32M)
+ *   GPUCKPT_POOL_RETAIN  free mapped bytes kept per device for reuse (default 1G)
+ *   GPUCKPT_RUN_DIR      directory of control sockets (default
+ *                        $XDG_RUNTIME_DIR/gpuckpt, else /tmp/gpuckpt-<uid>)
+ *   GPUCKPT_DISABLE      1: load fully inert (pure pass-through, no gate)
+ * Sizes take K, M, G, T suffixes (powers of 1024). */
+#ifndef GPUCKPT_CONFIG_H
+#define GPUCKPT_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GP_DEFAULT_POOL_BASE 0x600000000000ull
+#define GP_DEFAULT_SLICE_SIZE (256ull << 30)
+#define GP_DEFAULT_CHUNK_SIZE (32ull << 20)
+#define GP_DEFAULT_RETAIN (1ull << 30)
+/* cudaMalloc guarantees 256-byte alignment and in practice hands out 512;
+ * large blocks start on 2 MiB so they share as few chunks as possible. */
+#define GP_QUANTUM 512ull
+#define GP_LARGE_ALIGN (2ull << 20)
+
+struct gp_config {
+    uint64_t pool_base;
+    uint64_t slice_size;
+    uint64_t chunk_size;
+    uint64_t retain_bytes;
+    bool disabled;
+    char run_dir[256];
+};
+
+/* 0, or -EINVAL naming the bad variable in the log. */
+int gp_config_load(struct gp_config *out);
+/* Parses "123", "0x7f", "64G"...; -EINVAL on junk or overflow. */
+int gp_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,128 @@
+#define _GNU_SOURCE
+#include "contexts.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "real_driver.h"
+#include "routed.h"
+
+#define MAX_TRACKED 256
+
+static CUcontext tracked[MAX_TRACKED];
+static int tracked_count;
+static CUcontext primaries[16]; /* one per device, GP_POOL_MAX_DEVICES */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+void gp_contexts_add(CUcontext ctx)
+{
+    pthread_mutex_lock(&lock);
+    if (tracked_count < MAX_TRACKED)
+        tracked[tracked_count++] = ctx;
+    pthread_mutex_unlock(&lock);
+}
+
+void gp_contexts_remove(CUcontext ctx)
+{
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < tracked_count; i++)
+        if (tracked[i] == ctx) {
+            tracked[i] = tracked[--tracked_count];
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+}
+
+static int sync_ctx(CUcontext ctx, CUresult *cu_err)
+{
+    CUresult r = GP_REAL(cuCtxPushCurrent_v2)(ctx);
+    if (r == CUDA_SUCCESS) {
+        r = GP_REAL(cuCtxSynchronize)();
+        CUcontext popped;
+        GP_REAL(cuCtxPopCurrent_v2)(&popped);
+    }
+    if (r != CUDA_SUCCESS) {
+        *cu_err = r;
+        return -EIO;
+    }
+    return 0;
+}
+
+int gp_contexts_sync_all(int device_count, CUresult *cu_err)
+{
+    for (int d = 0; d < device_count; d++) {
+        unsigned int flags;
+        int active = 0;
+        if (GP_REAL(cuDevicePrimaryCtxGetState)(d, &flags, &active) != CUDA_SUCCESS || !active)
+            continue;
+        CUcontext ctx;
+        CUresult r = GP_REAL(cuDevicePrimaryCtxRetain)(&ctx, d);
+        if (r != CUDA_SUCCESS) {
+            *cu_err = r;
+            return -EIO;
+        }
+        int err = sync_ctx(ctx, cu_err);
+        GP_REAL(cuDevicePrimaryCtxRelease_v2)(d);
+        if (err)
+            return err;
+    }
+    pthread_mutex_lock(&lock);
+    int err = 0;
+    for (int i = 0; i < tracked_count && !err; i++)
+        err = sync_ctx(tracked[i], cu_err);
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+int gp_contexts_use_primary(int device, CUresult *cu_err)
+{
+    if (device < 0 || device >= (int)(sizeof(primaries) / sizeof(primaries[0])))
+        return -EINVAL;
+    if (!primaries[device]) {
+        CUresult r = GP_REAL(cuDevicePrimaryCtxRetain)(&primaries[device], device);
+        if (r != CUDA_SUCCESS) {
+            primaries[device] = NULL;
+            *cu_err = r;
+            return -EIO;
+        }
+    }
+    CUresult r = GP_REAL(cuCtxSetCurrent)(primaries[device]);
+    if (r != CUDA_SUCCESS) {
+        *cu_err = r;
+        return -EIO;
+    }
+    return 0;
+}
+
+CUresult gp_routed_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult r = GP_REAL(cuCtxCreate_v2)(pctx, flags, dev);
+    if (r == CUDA_SUCCESS)
+        gp_contexts_add(*pctx);
+    return r;
+}
+
+CUresult gp_routed_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                                  CUdevice dev)
+{
+    CUresult r = GP_REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev);
+    if (r == CUDA_SUCCESS)
+        gp_contexts_add(*pctx);
+    return r;
+}
+
+CUresult gp_routed_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+    CUresult r = GP_REAL(cuCtxCreate_v4)(pctx, ctxCreateParams, flags, dev);
+    if (r == CUDA_SUCCESS)
+        gp_contexts_add(*pctx);
+    return r;
+}
+
+CUresult gp_routed_cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult r = GP_REAL(cuCtxDestroy_v2)(ctx);
+    if (r == CUDA_SUCCESS)
+        gp_contexts_remove(ctx);
+    return r;
+}

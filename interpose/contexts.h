@@ -1,0 +1,18 @@
+/* The contexts a quiesce must synchronise: every device's primary context
+ * while it is active, plus contexts the application created itself. */
+#ifndef GPUCKPT_CONTEXTS_H
+#define GPUCKPT_CONTEXTS_H
+
+#include <stdint.h>
+
+#include "cuda_api.h"
+
+void gp_contexts_add(CUcontext ctx);
+void gp_contexts_remove(CUcontext ctx);
+/* cuCtxSynchronize on each; 0 or -EIO (the CUresult in *cu_err). */
+int gp_contexts_sync_all(int device_count, CUresult *cu_err);
+/* Makes device's primary context current on the calling (control) thread,
+ * retaining it once for the life of the process. */
+int gp_contexts_use_primary(int device, CUresult *cu_err);
+
+#endif

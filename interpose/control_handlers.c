@@ -1,0 +1,328 @@
+#define _GNU_SOURCE
+#include "control_handlers.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_api.h" /* before pool.h: see cuda_api.h */
+#include "../pool/pool.h"
+#include "contexts.h"
+#include "gate.h"
+#include "log.h"
+#include "outside.h"
+#include "real_driver.h"
+#include "shim.h"
+
+static struct gp_client *gate_holder;
+static CUstream copy_streams[GPCK_MAX_DEVICES];
+
+bool gp_gate_held(void)
+{
+    return gate_holder != NULL;
+}
+
+static int handle_hello(const void *payload, uint32_t len, struct gpck_hello_rep *rep)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    const struct gp_config *cfg = gp_shim_config();
+    *rep = (struct gpck_hello_rep){
+        .version = GPCK_PROTOCOL_VERSION,
+        .pid = getpid(),
+        .uid = geteuid(),
+        .device_count = (uint32_t)info.device_count,
+        .pool_state = (uint32_t)info.pool_state,
+        .driver_version = (uint32_t)info.driver_version,
+        .pool_base = cfg->pool_base,
+        .slice_size = cfg->slice_size,
+        .quantum = GP_QUANTUM,
+        .chunk_size = cfg->chunk_size,
+    };
+    if (len != sizeof(struct gpck_hello_req))
+        return -EPROTO;
+    const struct gpck_hello_req *req = payload;
+    return req->client_version == GPCK_PROTOCOL_VERSION ? 0 : -EPROTONOSUPPORT;
+}
+
+static void handle_status(struct gpck_status_rep *rep)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    memset(rep, 0, sizeof(*rep));
+    rep->gate_state = gp_gate_is_closed() ? GPCK_GATE_CLOSED : GPCK_GATE_OPEN;
+    rep->pool_state = (uint32_t)info.pool_state;
+    rep->device_count = (uint32_t)info.device_count;
+    rep->outside_managed = gp_outside_bytes(GP_OUT_MANAGED);
+    rep->outside_stream_ordered = gp_outside_bytes(GP_OUT_STREAM_ORDERED);
+    rep->outside_host = gp_outside_bytes(GP_OUT_HOST);
+    rep->outside_unrouted = gp_outside_bytes(GP_OUT_UNROUTED);
+    rep->gated_calls = gp_gate_calls();
+    for (int d = 0; d < info.device_count && d < (int)GPCK_MAX_DEVICES; d++) {
+        struct gp_pool_device_usage u;
+        gp_pool_usage(d, &u);
+        rep->devices[d] = (struct gpck_device_usage){ u.bytes_in_use, u.bytes_mapped, u.allocations };
+    }
+}
+
+static int handle_devices(struct gpck_devices_rep *rep)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    memset(rep, 0, sizeof(*rep));
+    for (int d = 0; d < info.device_count && d < (int)GPCK_MAX_DEVICES; d++) {
+        struct gpck_device_info *di = &rep->devices[d];
+        CUdevice dev;
+        if (GP_REAL(cuDeviceGet)(&dev, d) != CUDA_SUCCESS)
+            return -EIO;
+        di->ordinal = d;
+        GP_REAL(cuDeviceGetName)(di->name, (int)sizeof(di->name) - 1, dev);
+        CUuuid uuid;
+        if ((GP_HAS_REAL(cuDeviceGetUuid_v2) ? GP_REAL(cuDeviceGetUuid_v2)(&uuid, dev)
+                                             : GP_REAL(cuDeviceGetUuid)(&uuid, dev)) == CUDA_SUCCESS)
+            memcpy(di->uuid, uuid.bytes, sizeof(di->uuid));
+        size_t total = 0;
+        GP_REAL(cuDeviceTotalMem_v2)(&total, dev);
+        di->total_memory = total;
+        GP_REAL(cuDeviceGetAttribute)(&di->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        GP_REAL(cuDeviceGetAttribute)(&di->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        rep->count++;
+    }
+    return 0;
+}
+
+/* Closing the gate stops new calls; draining waits for those in flight;
+ * synchronising every context waits for the work they queued. After that
+ * device memory holds still until the gate reopens. */
+static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len, struct gpck_quiesce_rep *rep)
+{
+    if (len != sizeof(struct gpck_quiesce_req))
+        return -EPROTO;
+    if (gate_holder)
+        return gate_holder == c ? -EALREADY : -EBUSY;
+    const struct gpck_quiesce_req *req = payload;
+    c->lease_ms = req->lease_ms ? req->lease_ms : GPCK_DEFAULT_LEASE_MS;
+    memset(rep, 0, sizeof(*rep));
+    int err = gp_gate_close(c->lease_ms, &rep->drain_ns);
+    if (err)
+        return err;
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    uint64_t t0 = gp_now_ns();
+    CUresult cu = CUDA_SUCCESS;
+    err = gp_contexts_sync_all(info.device_count, &cu);
+    rep->sync_ns = gp_now_ns() - t0;
+    if (err) {
+        GP_ERROR("control", "quiesce: context synchronise failed (CUresult %d)", (int)cu);
+        gp_gate_open();
+        return err;
+    }
+    gate_holder = c;
+    c->holds_gate = true;
+    return 0;
+}
+
+static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
+{
+    if (gate_holder != c)
+        return -EPERM;
+    rep->closed_ns = gp_gate_open();
+    gate_holder = NULL;
+    c->holds_gate = false;
+    return 0;
+}
+
+static int handle_list(const void *payload, uint32_t len, void *reply, uint32_t *reply_len)
+{
+    if (len != sizeof(struct gpck_list_req))
+        return -EPROTO;
+    const struct gpck_list_req *req = payload;
+    uint32_t max = req->max_entries;
+    uint32_t room = (GPCK_MAX_MESSAGE - sizeof(struct gpck_header) - sizeof(struct gpck_list_rep)) /
+                    sizeof(struct gpck_alloc_entry);
+    if (max == 0 || max > GPCK_MAX_LIST_ENTRIES)
+        return -EINVAL;
+    if (max > room)
+        max = room;
+    struct gp_pool_entry entries[GPCK_MAX_LIST_ENTRIES];
+    uint32_t count;
+    uint64_t next;
+    bool more;
+    gp_pool_list(req->start_addr, entries, max, &count, &next, &more);
+    struct gpck_list_rep *rep = reply;
+    rep->count = count;
+    rep->more = more;
+    rep->next_addr = next;
+    for (uint32_t i = 0; i < count; i++)
+        rep->entries[i] = (struct gpck_alloc_entry){ .device = (uint32_t)entries[i].device,
+                                                     .addr = entries[i].addr,
+                                                     .size = entries[i].size };
+    *reply_len = (uint32_t)(sizeof(*rep) + count * sizeof(struct gpck_alloc_entry));
+    return 0;
+}
+
+static int first_active_device(void)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    for (int d = 0; d < info.device_count; d++) {
+        unsigned int flags;
+        int active = 0;
+        if (GP_REAL(cuDevicePrimaryCtxGetState)(d, &flags, &active) == CUDA_SUCCESS && active)
+            return d;
+    }
+    return 0;
+}
+
+static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t len, struct gpck_staging_rep *rep,
+                              int *send_fd)
+{
+    if (len != sizeof(struct gpck_staging_req))
+        return -EPROTO;
+    const struct gpck_staging_req *req = payload;
+    gp_staging_destroy(&c->staging);
+    memset(rep, 0, sizeof(*rep));
+    int err = gp_staging_create(req->size, first_active_device(), &c->staging, &rep->register_ns);
+    if (err)
+        return err;
+    rep->size = c->staging.size;
+    *send_fd = c->staging.fd;
+    return 0;
+}
+
+static int copy_stream(int device, CUstream *out)
+{
+    CUresult cu = CUDA_SUCCESS;
+    int err = gp_contexts_use_primary(device, &cu);
+    if (err)
+        return err;
+    if (!copy_streams[device] &&
+        GP_REAL(cuStreamCreate)(&copy_streams[device], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        copy_streams[device] = NULL;
+        return -EIO;
+    }
+    *out = copy_streams[device];
+    return 0;
+}
+
+/* Every range is checked before any byte moves: it must lie inside one live
+ * allocation of the pool and inside the staging memory, so nothing a
+ * controller (or an image) says can make the shim touch other memory. */
+static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *req)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    for (uint32_t i = 0; i < req->count; i++) {
+        const struct gpck_copy_range *r = &req->ranges[i];
+        if (r->device >= (uint32_t)info.device_count || r->device >= GPCK_MAX_DEVICES)
+            return -ENODEV;
+        if (!gp_pool_range_is_live((int)r->device, r->addr, r->length))
+            return -EFAULT;
+        if (r->staging_offset > c->staging.size || r->length > c->staging.size - r->staging_offset)
+            return -ERANGE;
+    }
+    return 0;
+}
+
+static int handle_copy(struct gp_client *c, bool to_host, const void *payload, uint32_t len,
+                       struct gpck_copy_rep *rep)
+{
+    const struct gpck_copy_req *req = payload;
+    if (len < sizeof(*req) || req->count > GPCK_MAX_COPY_RANGES ||
+        len != sizeof(*req) + req->count * sizeof(struct gpck_copy_range))
+        return -EPROTO;
+    /* Copies are only consistent while the application is held still. */
+    if (gate_holder != c)
+        return -EPERM;
+    if (!c->staging.base)
+        return -ENOBUFS;
+    int err = check_ranges(c, req);
+    if (err)
+        return err;
+    uint64_t t0 = gp_now_ns(), bytes = 0;
+    bool used[GPCK_MAX_DEVICES] = { false };
+    for (uint32_t i = 0; i < req->count && !err; i++) {
+        const struct gpck_copy_range *r = &req->ranges[i];
+        CUstream s;
+        err = copy_stream((int)r->device, &s);
+        if (err)
+            break;
+        void *host = c->staging.base + r->staging_offset;
+        CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr, r->length, s)
+                              : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr, host, r->length, s);
+        if (cu != CUDA_SUCCESS) {
+            GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
+                     (unsigned long long)r->addr, (unsigned long long)r->length, (int)cu);
+            err = -EIO;
+        }
+        used[r->device] = true;
+        bytes += r->length;
+    }
+    /* Wait for everything queued, also after a failure, so no DMA is left
+     * writing into memory the controller is about to reuse. */
+    for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++) {
+        CUstream s;
+        if (!used[d] || copy_stream(d, &s))
+            continue;
+        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
+            err = -EIO;
+    }
+    rep->bytes = bytes;
+    rep->ns = gp_now_ns() - t0;
+    return err;
+}
+
+int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
+                      uint32_t *reply_len, int *send_fd)
+{
+    uint32_t len = h->payload_len;
+    *send_fd = -1;
+    switch (h->type) {
+    case GPCK_HELLO:
+        *reply_len = sizeof(struct gpck_hello_rep);
+        return handle_hello(payload, len, reply);
+    case GPCK_STATUS:
+        *reply_len = sizeof(struct gpck_status_rep);
+        handle_status(reply);
+        return 0;
+    case GPCK_DEVICES:
+        *reply_len = sizeof(struct gpck_devices_rep);
+        return handle_devices(reply);
+    case GPCK_QUIESCE:
+        *reply_len = sizeof(struct gpck_quiesce_rep);
+        return handle_quiesce(c, payload, len, reply);
+    case GPCK_RESUME:
+        *reply_len = sizeof(struct gpck_resume_rep);
+        return handle_resume(c, reply);
+    case GPCK_LIST_ALLOCS:
+        return handle_list(payload, len, reply, reply_len);
+    case GPCK_STAGING_MAP:
+        *reply_len = sizeof(struct gpck_staging_rep);
+        return handle_staging_map(c, payload, len, reply, send_fd);
+    case GPCK_STAGING_UNMAP:
+        gp_staging_destroy(&c->staging);
+        return 0;
+    case GPCK_COPY_OUT:
+    case GPCK_COPY_IN:
+        *reply_len = sizeof(struct gpck_copy_rep);
+        return handle_copy(c, h->type == GPCK_COPY_OUT, payload, len, reply);
+    default:
+        return -EOPNOTSUPP;
+    }
+}
+
+void gp_client_drop_gate(struct gp_client *c, const char *why)
+{
+    if (gate_holder != c)
+        return;
+    uint64_t ns = gp_gate_open();
+    GP_WARN("control", "%s with the application paused; resumed it after %.3f s", why, ns / 1e9);
+    gate_holder = NULL;
+    c->holds_gate = false;
+}
+
+void gp_client_release(struct gp_client *c)
+{
+    gp_client_drop_gate(c, "controller left");
+    gp_staging_destroy(&c->staging);
+}

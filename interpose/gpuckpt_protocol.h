@@ -1,0 +1,181 @@
+/* The shim <-> controller protocol: the one definition, shared by the shim
+ * (interpose/control_server.c) and the node addon (native/).
+ *
+ * Transport: a Unix SOCK_SEQPACKET socket at <run dir>/<pid>.sock, mode 0600
+ * in a 0700 directory owned by the user; the shim also refuses any peer whose
+ * uid differs from its own (SO_PEERCRED). SEQPACKET keeps message boundaries
+ * and carries the staging memfd with SCM_RIGHTS.
+ *
+ * Every message is one datagram: struct gpck_header, then payload_len bytes.
+ * A reply carries the request's type | GPCK_REPLY, the same seq, and status 0
+ * or -errno. Integers are host byte order (both ends run on one host).
+ * Bump GPCK_PROTOCOL_VERSION on any layout change; HELLO refuses a mismatch
+ * and the version is written into every image manifest.
+ */
+#ifndef GPUCKPT_PROTOCOL_H
+#define GPUCKPT_PROTOCOL_H
+
+#include <stdint.h>
+
+#define GPCK_PROTOCOL_VERSION 1u
+#define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
+#define GPCK_REPLY 0x8000u
+#define GPCK_MAX_DEVICES 16u
+#define GPCK_MAX_MESSAGE (128u * 1024u)
+#define GPCK_MAX_COPY_RANGES 256u
+#define GPCK_MAX_LIST_ENTRIES 4096u
+#define GPCK_NAME_LEN 256u
+
+enum gpck_type {
+    GPCK_HELLO = 1,        /* gpck_hello_req -> gpck_hello_rep */
+    GPCK_STATUS = 2,       /* (none) -> gpck_status_rep */
+    GPCK_DEVICES = 3,      /* (none) -> gpck_devices_rep */
+    GPCK_QUIESCE = 4,      /* gpck_quiesce_req -> gpck_quiesce_rep */
+    GPCK_RESUME = 5,       /* (none) -> gpck_resume_rep */
+    GPCK_LIST_ALLOCS = 6,  /* gpck_list_req -> gpck_list_rep */
+    GPCK_STAGING_MAP = 7,  /* gpck_staging_req -> gpck_staging_rep + memfd (SCM_RIGHTS) */
+    GPCK_STAGING_UNMAP = 8,/* (none) -> (none) */
+    GPCK_COPY_OUT = 9,     /* gpck_copy_req -> gpck_copy_rep: pool -> staging */
+    GPCK_COPY_IN = 10,     /* gpck_copy_req -> gpck_copy_rep: staging -> pool */
+};
+
+struct gpck_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t seq;
+    int32_t status;        /* replies: 0 or -errno */
+    uint32_t payload_len;
+    uint32_t reserved;
+};
+
+struct gpck_hello_req {
+    uint32_t client_version;
+    uint32_t reserved;
+};
+
+/* Pool states reported in hello/status. */
+enum gpck_pool_state {
+    GPCK_POOL_NOT_YET = 0,   /* CUDA initialised, no device memory routed yet */
+    GPCK_POOL_ACTIVE = 1,    /* the reservation is in place at the fixed base */
+    GPCK_POOL_DISABLED = 2,  /* could not reserve at the base: pass-through */
+};
+
+struct gpck_hello_rep {
+    uint32_t version;
+    int32_t pid;
+    uint32_t uid;
+    uint32_t device_count;
+    uint32_t pool_state;       /* enum gpck_pool_state */
+    uint32_t driver_version;   /* cuDriverGetVersion */
+    uint64_t pool_base;
+    uint64_t slice_size;       /* per device: device d owns [base + d*slice, +slice) */
+    uint64_t quantum;          /* allocation granularity and alignment */
+    uint64_t chunk_size;       /* physical mapping unit */
+};
+
+enum gpck_gate_state { GPCK_GATE_OPEN = 0, GPCK_GATE_CLOSED = 1 };
+
+struct gpck_device_usage {
+    uint64_t bytes_in_use;     /* live pool allocations */
+    uint64_t bytes_mapped;     /* physical memory backing the pool */
+    uint64_t allocations;
+};
+
+struct gpck_status_rep {
+    uint32_t gate_state;       /* enum gpck_gate_state */
+    uint32_t pool_state;       /* enum gpck_pool_state */
+    uint32_t device_count;
+    uint32_t reserved;
+    uint64_t outside_managed;        /* cuMemAllocManaged */
+    uint64_t outside_stream_ordered; /* cuMemAllocAsync / FromPoolAsync */
+    uint64_t outside_host;           /* cuMemAllocHost / cuMemHostAlloc */
+    uint64_t outside_unrouted;       /* device memory the pool could not serve */
+    uint64_t gated_calls;            /* driver calls that passed the gate */
+    struct gpck_device_usage devices[GPCK_MAX_DEVICES];
+};
+
+struct gpck_device_info {
+    int32_t ordinal;
+    int32_t cc_major;
+    int32_t cc_minor;
+    uint32_t reserved;
+    uint64_t total_memory;
+    uint8_t uuid[16];
+    char name[GPCK_NAME_LEN];
+};
+
+struct gpck_devices_rep {
+    uint32_t count;
+    uint32_t reserved;
+    struct gpck_device_info devices[GPCK_MAX_DEVICES];
+};
+
+struct gpck_quiesce_req {
+    /* If the controller sends nothing for this long while the gate is
+     * closed, the shim reopens it: a hung controller cannot stall the app
+     * for ever. A controller that dies closes the socket, which reopens the
+     * gate at once. 0 = the default (GPCK_DEFAULT_LEASE_MS). */
+    uint32_t lease_ms;
+    uint32_t reserved;
+};
+#define GPCK_DEFAULT_LEASE_MS 30000u
+
+struct gpck_quiesce_rep {
+    uint64_t drain_ns;         /* waiting for calls in flight */
+    uint64_t sync_ns;          /* synchronising every context */
+};
+
+struct gpck_resume_rep {
+    uint64_t closed_ns;        /* how long the gate was closed */
+};
+
+struct gpck_list_req {
+    uint64_t start_addr;       /* first address to list (resume point) */
+    uint32_t max_entries;      /* <= GPCK_MAX_LIST_ENTRIES */
+    uint32_t reserved;
+};
+
+struct gpck_alloc_entry {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t addr;
+    uint64_t size;
+};
+
+struct gpck_list_rep {
+    uint32_t count;
+    uint32_t more;             /* 1: call again from next_addr */
+    uint64_t next_addr;
+    struct gpck_alloc_entry entries[]; /* count entries */
+};
+
+struct gpck_staging_req {
+    uint64_t size;
+};
+
+struct gpck_staging_rep {
+    uint64_t size;
+    uint64_t register_ns;      /* cuMemHostRegister time */
+};
+
+struct gpck_copy_range {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t addr;             /* pool address: must lie inside one live allocation */
+    uint64_t length;
+    uint64_t staging_offset;   /* must lie inside the mapped staging memory */
+};
+
+struct gpck_copy_req {
+    uint32_t count;            /* <= GPCK_MAX_COPY_RANGES */
+    uint32_t reserved;
+    struct gpck_copy_range ranges[];
+};
+
+struct gpck_copy_rep {
+    uint64_t bytes;
+    uint64_t ns;
+};
+
+#endif

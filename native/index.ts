@@ -1,0 +1,119 @@
+/**
+ * Typed face of the native addon (native/src). The addon stays thin: it
+ * speaks the protocol of interpose/gpuckpt_protocol.h and maps shared
+ * memory; everything else is TypeScript.
+ */
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** Request types; values mirror enum gpck_type in gpuckpt_protocol.h. */
+export const MessageType = {
+  HELLO: 1,
+  STATUS: 2,
+  DEVICES: 3,
+  QUIESCE: 4,
+  RESUME: 5,
+  LIST_ALLOCS: 6,
+  STAGING_MAP: 7,
+  STAGING_UNMAP: 8,
+  COPY_OUT: 9,
+  COPY_IN: 10,
+} as const;
+
+/** enum gpck_pool_state */
+export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2 } as const;
+
+export interface HelloReply {
+  version: number;
+  pid: number;
+  uid: number;
+  deviceCount: number;
+  poolState: number;
+  driverVersion: number;
+  poolBase: bigint;
+  sliceSize: bigint;
+  quantum: bigint;
+  chunkSize: bigint;
+}
+
+export interface OutsidePool {
+  managed: bigint;
+  streamOrdered: bigint;
+  host: bigint;
+  unrouted: bigint;
+}
+
+export interface StatusReply {
+  gateClosed: boolean;
+  poolState: number;
+  outsidePool: OutsidePool;
+  gatedCalls: bigint;
+  devices: { bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
+}
+
+export interface DeviceInfo {
+  ordinal: number;
+  name: string;
+  uuid: string;
+  totalMemory: bigint;
+  computeCapability: string;
+}
+
+export interface AllocEntry {
+  device: number;
+  addr: bigint;
+  size: bigint;
+}
+
+export interface CopyRange {
+  device: number;
+  addr: bigint;
+  length: number;
+  stagingOffset: number;
+}
+
+/** Errors the addon raises carry the errno; `transport` tells a socket
+ * failure from a refusal by the shim. */
+export interface NativeError extends Error {
+  errno?: number;
+  code?: string;
+  transport?: boolean;
+}
+
+interface NativeSession {
+  request(type: number, args?: object, timeoutMs?: number): Promise<any>;
+  close(): void;
+}
+
+interface NativeModule {
+  Session: new (socketPath: string) => NativeSession;
+  mapFd(fd: number, size: bigint | number): ArrayBuffer;
+  closeFd(fd: number): void;
+  createMemfd(size: bigint | number): number;
+  probeDriver(): { driver: boolean; devices: number; error?: string };
+  protocolVersion: number;
+}
+
+/** Repository root, found from this file whether it runs from source or dist/. */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 4; i++) {
+    if (existsSync(join(dir, 'package.json'))) return dir;
+    dir = resolve(dir, '..');
+  }
+  throw new Error('gpuckpt: cannot find the package root');
+}
+
+let cached: NativeModule | undefined;
+
+export function native(): NativeModule {
+  if (!cached) {
+    const require = createRequire(import.meta.url);
+    cached = require(join(packageRoot(), 'native', 'build', 'Release', 'gpuckpt_native.node')) as NativeModule;
+  }
+  return cached;
+}
+
+export type { NativeSession };

@@ -1,0 +1,27 @@
+// gpuckpt's native addon: the control-protocol client (with SCM_RIGHTS),
+// shared staging memory, and the driver probe. Kept thin: protocol structs
+// in, plain JS objects out; all policy lives in TypeScript.
+#include <napi.h>
+
+#include "driver_probe.h"
+#include "gpuckpt_protocol.h"
+#include "session.h"
+#include "shared_memory.h"
+
+namespace gpuckpt {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Session", Session::Init(env));
+  exports.Set("mapFd", Napi::Function::New(env, MapFd, "mapFd"));
+  exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
+  exports.Set("createMemfd", Napi::Function::New(env, CreateMemfd, "createMemfd"));
+  exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));
+  exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
+  return exports;
+}
+
+}  // namespace gpuckpt
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return gpuckpt::Init(env, exports); }
+
+NODE_API_MODULE(gpuckpt_native, InitModule)

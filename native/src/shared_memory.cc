@@ -1,0 +1,80 @@
+#include "shared_memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace gpuckpt {
+
+namespace {
+
+struct Mapping {
+  void* base;
+  size_t size;
+};
+
+// Type tag: an ArrayBuffer is only unmapped by the finalizer that made it.
+const napi_type_tag kMappingTag = {0x6770636b70743031ULL, 0x6d617070696e6721ULL};
+
+Napi::Error ErrnoError(Napi::Env env, const char* what, int err) {
+  Napi::Error e = Napi::Error::New(env, std::string(what) + ": " + strerror(err));
+  e.Set("errno", Napi::Number::New(env, err));
+  return e;
+}
+
+uint64_t ToU64(const Napi::Value& v) {
+  if (v.IsBigInt()) {
+    bool lossless = false;
+    return v.As<Napi::BigInt>().Uint64Value(&lossless);
+  }
+  return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value());
+}
+
+}  // namespace
+
+// mapFd(fd, size): ArrayBuffer over a MAP_SHARED mapping of fd.
+Napi::Value MapFd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  uint64_t size = ToU64(info[1]);
+  if (size == 0) {
+    ErrnoError(env, "mapFd", EINVAL).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ErrnoError(env, "mapFd", errno).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  auto* m = new Mapping{p, size};
+  auto buf = Napi::ArrayBuffer::New(env, p, size, [](Napi::Env, void*, Mapping* m) {
+    munmap(m->base, m->size);
+    delete m;
+  }, m);
+  buf.TypeTag(&kMappingTag);
+  return buf;
+}
+
+Napi::Value CloseFd(const Napi::CallbackInfo& info) {
+  close(info[0].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
+}
+
+// createMemfd(size): a fresh memfd (tests and the restore path use it).
+Napi::Value CreateMemfd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t size = ToU64(info[0]);
+  int fd = memfd_create("gpuckpt", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) < 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    ErrnoError(env, "createMemfd", err).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Number::New(env, fd);
+}
+
+}  // namespace gpuckpt

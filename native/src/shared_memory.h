@@ -1,0 +1,14 @@
+// Views of memory shared with the shim (the staging memfd received over the
+// control socket): mapped once per JS realm (main thread or worker), exposed
+// as an external ArrayBuffer whose finalizer unmaps it.
+#pragma once
+
+#include <napi.h>
+
+namespace gpuckpt {
+
+Napi::Value MapFd(const Napi::CallbackInfo& info);
+Napi::Value CloseFd(const Napi::CallbackInfo& info);
+Napi::Value CreateMemfd(const Napi::CallbackInfo& info);
+
+}  // namespace gpuckpt

@@ -1,0 +1,87 @@
+/* The fixed-address device-memory pool.
+ *
+ * One virtual range is reserved at a fixed base; device d owns the slice
+ * [base + d*slice_size, +slice_size). Physical memory is mapped on demand in
+ * chunks (cuMemCreate + cuMemMap + cuMemSetAccess) as allocations touch them,
+ * so VA layout is fixed while physical use follows the application. Because
+ * placement is deterministic (pool/alloc.h) and the base is fixed, the same
+ * program gets the same addresses run after run, and an image restores at
+ * identical addresses.
+ *
+ * The driver is reached only through struct gp_vmm_ops, so the pool carries
+ * no link-time CUDA dependency and the shim hands it the real entry points.
+ * All functions return 0 or -errno; a failing CUresult is kept in *cu_err
+ * where given. Thread-safe: one lock per device slice.
+ */
+#ifndef GPUCKPT_POOL_H
+#define GPUCKPT_POOL_H
+
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GP_POOL_MAX_DEVICES 16
+
+struct gp_vmm_ops {
+    CUresult (*mem_address_reserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+    CUresult (*mem_address_free)(CUdeviceptr ptr, size_t size);
+    CUresult (*mem_create)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+    CUresult (*mem_release)(CUmemGenericAllocationHandle handle);
+    CUresult (*mem_map)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+    CUresult (*mem_unmap)(CUdeviceptr ptr, size_t size);
+    CUresult (*mem_set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+    CUresult (*mem_get_allocation_granularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
+    CUresult (*device_can_access_peer)(int *can, CUdevice dev, CUdevice peer);
+};
+
+struct gp_pool_config {
+    uint64_t base;         /* fixed virtual base; must be honoured exactly */
+    uint64_t slice_size;   /* per device */
+    uint64_t chunk_size;   /* physical mapping unit, multiple of the granularity */
+    uint64_t retain_bytes; /* free mapped bytes kept per device for fast reuse */
+    uint64_t quantum;      /* minimum alignment/size unit of allocations */
+    int device_count;
+};
+
+struct gp_pool_device_usage {
+    uint64_t bytes_in_use;
+    uint64_t bytes_mapped;
+    uint64_t allocations;
+};
+
+/* Reserves [base, base + device_count*slice_size). -EADDRNOTAVAIL when the
+ * driver places the reservation elsewhere (it is then freed again). */
+int gp_pool_init(const struct gp_pool_config *cfg, const struct gp_vmm_ops *ops, CUresult *cu_err);
+bool gp_pool_active(void);
+const struct gp_pool_config *gp_pool_config(void);
+
+/* Allocates on device; alignment >= quantum. -ENOMEM: slice full or the
+ * driver has no physical memory left (*cu_err says which). */
+int gp_pool_alloc(int device, uint64_t size, uint64_t align, CUdeviceptr *out, CUresult *cu_err);
+/* Frees an allocation starting at ptr. -ENOENT if ptr is not one. */
+int gp_pool_free(CUdeviceptr ptr, CUresult *cu_err);
+bool gp_pool_contains(CUdeviceptr ptr);
+/* The live allocation containing ptr and its device; -ENOENT if none. */
+int gp_pool_find(CUdeviceptr ptr, struct gp_extent *ext, int *device);
+/* Live allocations with addr >= start, in address order, at most max;
+ * *next_addr is where to continue, *more whether anything is left. */
+struct gp_pool_entry { int device; uint64_t addr; uint64_t size; };
+int gp_pool_list(uint64_t start, struct gp_pool_entry *out, uint32_t max, uint32_t *count,
+                 uint64_t *next_addr, bool *more);
+/* True when [addr, addr+len) lies inside one live allocation of device. */
+bool gp_pool_range_is_live(int device, uint64_t addr, uint64_t len);
+void gp_pool_usage(int device, struct gp_pool_device_usage *out);
+/* Free physical bytes the pool holds mapped on device (allocatable at once). */
+uint64_t gp_pool_free_mapped(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

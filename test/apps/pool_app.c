@@ -1,0 +1,342 @@
+/* CPU test application for the end-to-end tests: a CUDA driver-API program
+ * run against the fake libcuda (test/fake-cuda), where device memory is host
+ * memory at the same address, so a "kernel" is a host function launched with
+ * cuLaunchKernel.
+ *
+ * Built twice: linked with -lcuda (the shim's exported symbols catch the
+ * calls), and with -DUSE_PROC_ADDRESS, where it dlopens libcuda.so.1 and
+ * takes every entry point from cuGetProcAddress_v2 as cudart does (the
+ * shim's dlsym and cuGetProcAddress hooks catch them).
+ *
+ * It speaks the sample-application protocol (cli/demo/demo_app.cu): commands
+ * on stdin, one JSON line per answer on stdout. Extra commands for tests:
+ *   info         address-range queries on interior pointers, cuMemGetInfo
+ *   churn N      N alloc/free cycles of assorted sizes
+ *   threads N    N threads allocating, launching, copying, freeing
+ *   stop         stop them; reports iterations and errors
+ *   managed      allocate 1 MiB of managed memory (outside the pool)
+ * Environment: APP_DEVICES=n buffers on n devices (default 1).
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+    PFN_cuInit_v2000 init;
+    PFN_cuDeviceGetCount_v2000 device_count;
+    PFN_cuDevicePrimaryCtxRetain_v7000 retain;
+    PFN_cuCtxSetCurrent_v4000 set_current;
+    PFN_cuMemAlloc_v3020 alloc;
+    PFN_cuMemFree_v3020 free;
+    PFN_cuMemAllocPitch_v3020 alloc_pitch;
+    PFN_cuMemcpyDtoH_v3020 dtoh;
+    PFN_cuLaunchKernel_v4000 launch;
+    PFN_cuMemGetAddressRange_v3020 range;
+    PFN_cuPointerGetAttribute_v4000 attribute;
+    PFN_cuMemGetInfo_v3020 info;
+    PFN_cuMemAllocManaged_v6000 alloc_managed;
+    PFN_cuCtxSynchronize_v2000 sync;
+} cu;
+
+static void die(const char *what, CUresult r)
+{
+    fprintf(stderr, "pool_app: %s failed: CUresult %d\n", what, (int)r);
+    exit(2);
+}
+
+#define CHECK(call, what)            \
+    do {                             \
+        CUresult r_ = (call);        \
+        if (r_ != CUDA_SUCCESS)      \
+            die(what, r_);           \
+    } while (0)
+
+#ifdef USE_PROC_ADDRESS
+static void load_api(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        fprintf(stderr, "pool_app: %s\n", dlerror());
+        exit(2);
+    }
+    PFN_cuGetProcAddress_v12000 gpa = (PFN_cuGetProcAddress_v12000)dlsym(h, "cuGetProcAddress_v2");
+    if (!gpa) {
+        fprintf(stderr, "pool_app: no cuGetProcAddress_v2\n");
+        exit(2);
+    }
+    CUdriverProcAddressQueryResult st;
+#define GET(field, name, flags) CHECK(gpa(name, (void **)&cu.field, 12000, flags, &st), "cuGetProcAddress " name)
+    GET(init, "cuInit", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(device_count, "cuDeviceGetCount", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(retain, "cuDevicePrimaryCtxRetain", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(set_current, "cuCtxSetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(alloc, "cuMemAlloc", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(free, "cuMemFree", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(alloc_pitch, "cuMemAllocPitch", CU_GET_PROC_ADDRESS_DEFAULT);
+    /* Per-thread default stream variants, as nvcc --default-stream per-thread asks. */
+    GET(dtoh, "cuMemcpyDtoH", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(launch, "cuLaunchKernel", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(range, "cuMemGetAddressRange", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(attribute, "cuPointerGetAttribute", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(info, "cuMemGetInfo", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(alloc_managed, "cuMemAllocManaged", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(sync, "cuCtxSynchronize", CU_GET_PROC_ADDRESS_DEFAULT);
+#undef GET
+}
+#else
+static void load_api(void)
+{
+    cu.init = cuInit;
+    cu.device_count = cuDeviceGetCount;
+    cu.retain = cuDevicePrimaryCtxRetain;
+    cu.set_current = cuCtxSetCurrent;
+    cu.alloc = cuMemAlloc;
+    cu.free = cuMemFree;
+    cu.alloc_pitch = cuMemAllocPitch;
+    cu.dtoh = cuMemcpyDtoH;
+    cu.launch = cuLaunchKernel;
+    cu.range = cuMemGetAddressRange;
+    cu.attribute = cuPointerGetAttribute;
+    cu.info = cuMemGetInfo;
+    cu.alloc_managed = cuMemAllocManaged;
+    cu.sync = cuCtxSynchronize;
+}
+#endif
+
+/* The "kernel": in the fake driver a CUfunction is a host function. */
+static void fill_kernel(void **params)
+{
+    uint64_t *p = (uint64_t *)(uintptr_t) * (CUdeviceptr *)params[0];
+    size_t words = *(size_t *)params[1] / 8;
+    uint64_t x = *(uint64_t *)params[2] * 2 + 1; /* odd, distinct per seed */
+    for (size_t i = 0; i < words; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = x;
+    }
+}
+
+static void launch_fill(CUdeviceptr ptr, size_t size, uint64_t seed)
+{
+    void *params[] = { &ptr, &size, &seed };
+    CHECK(cu.launch((CUfunction)(void *)fill_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel");
+}
+
+static uint64_t checksum(CUdeviceptr ptr, size_t size)
+{
+    uint8_t *host = malloc(size);
+    CHECK(cu.dtoh(host, ptr, size), "cuMemcpyDtoH");
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ host[i]) * 0x100000001b3ull;
+    free(host);
+    return h;
+}
+
+#define NBUF 4
+static const size_t sizes[NBUF] = { 1u << 20, (3u << 20) + 512, 40u << 20, 4096 };
+static struct {
+    int device;
+    CUdeviceptr ptr;
+    size_t size;
+} bufs[2 * NBUF];
+static int nbufs;
+static CUcontext ctxs[8];
+static int generation;
+
+static void use_device(int d)
+{
+    CHECK(cu.set_current(ctxs[d]), "cuCtxSetCurrent");
+}
+
+static void print_buffers(const char *event)
+{
+    printf("{\"event\":\"%s\",\"pid\":%d,\"buffers\":[", event, (int)getpid());
+    for (int i = 0; i < nbufs; i++) {
+        use_device(bufs[i].device);
+        printf("%s{\"device\":%d,\"addr\":\"0x%llx\",\"size\":%zu,\"checksum\":\"%016" PRIx64 "\"}", i ? "," : "",
+               bufs[i].device, (unsigned long long)bufs[i].ptr, bufs[i].size, checksum(bufs[i].ptr, bufs[i].size));
+    }
+    printf("]}\n");
+    fflush(stdout);
+}
+
+static void fill_all(void)
+{
+    for (int i = 0; i < nbufs; i++) {
+        use_device(bufs[i].device);
+        launch_fill(bufs[i].ptr, bufs[i].size, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) + (uint64_t)generation);
+    }
+}
+
+static void cmd_info(void)
+{
+    use_device(0);
+    printf("{\"event\":\"info\",\"ranges\":[");
+    for (int i = 0; i < nbufs; i++) {
+        use_device(bufs[i].device);
+        CUdeviceptr base = 0, start = 0;
+        size_t size = 0;
+        CUdeviceptr interior = bufs[i].ptr + bufs[i].size / 2;
+        CUresult r1 = cu.range(&base, &size, interior);
+        CUresult r2 = cu.attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, interior);
+        printf("%s{\"addr\":\"0x%llx\",\"base\":\"0x%llx\",\"size\":%zu,\"start\":\"0x%llx\",\"r\":[%d,%d]}", i ? "," : "",
+               (unsigned long long)bufs[i].ptr, (unsigned long long)base, size, (unsigned long long)start, (int)r1,
+               (int)r2);
+    }
+    use_device(0);
+    size_t free_b = 0, total_b = 0;
+    CHECK(cu.info(&free_b, &total_b), "cuMemGetInfo");
+    size_t pitch = 0;
+    CUdeviceptr pitched = 0;
+    CHECK(cu.alloc_pitch(&pitched, &pitch, 1000, 10, 4), "cuMemAllocPitch");
+    CHECK(cu.free(pitched), "cuMemFree (pitched)");
+    printf("],\"free\":%zu,\"total\":%zu,\"pitch\":%zu,\"pitched\":\"0x%llx\"}\n", free_b, total_b, pitch,
+           (unsigned long long)pitched);
+    fflush(stdout);
+}
+
+static void cmd_churn(int n)
+{
+    use_device(0);
+    unsigned seed = 7;
+    CUdeviceptr last = 0;
+    for (int i = 0; i < n; i++) {
+        size_t size = 512 + (size_t)(rand_r(&seed) % (8 << 20));
+        CUdeviceptr p;
+        CHECK(cu.alloc(&p, size), "cuMemAlloc (churn)");
+        last = p;
+        CHECK(cu.free(p), "cuMemFree (churn)");
+    }
+    printf("{\"event\":\"churned\",\"count\":%d,\"last\":\"0x%llx\"}\n", n, (unsigned long long)last);
+    fflush(stdout);
+}
+
+/* ---- worker threads: allocate, launch, copy back, verify, free ---- */
+
+static atomic_int stop_workers;
+static atomic_long iterations, errors;
+static pthread_t workers[16];
+static int nworkers;
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    CHECK(cu.set_current(ctxs[0]), "cuCtxSetCurrent (worker)");
+    uint64_t seed = 0x1234567ull * (uint64_t)(id + 1);
+    uint64_t *host = malloc(64 << 10);
+    while (!atomic_load(&stop_workers)) {
+        size_t size = (size_t)(4 + (seed % 16)) << 12;
+        CUdeviceptr p;
+        CHECK(cu.alloc(&p, size), "cuMemAlloc (worker)");
+        launch_fill(p, size, seed);
+        CHECK(cu.dtoh(host, p, size), "cuMemcpyDtoH (worker)");
+        uint64_t x = seed * 2 + 1;
+        for (size_t i = 0; i < size / 8; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (host[i] != x) {
+                atomic_fetch_add(&errors, 1);
+                break;
+            }
+        }
+        CHECK(cu.free(p), "cuMemFree (worker)");
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        atomic_fetch_add(&iterations, 1);
+    }
+    free(host);
+    return NULL;
+}
+
+static void cmd_threads(int n)
+{
+    atomic_store(&stop_workers, 0);
+    for (nworkers = 0; nworkers < n && nworkers < 16; nworkers++)
+        pthread_create(&workers[nworkers], NULL, worker, (void *)(intptr_t)nworkers);
+    printf("{\"event\":\"threads\",\"count\":%d}\n", nworkers);
+    fflush(stdout);
+}
+
+static void cmd_stop(void)
+{
+    atomic_store(&stop_workers, 1);
+    for (int i = 0; i < nworkers; i++)
+        pthread_join(workers[i], NULL);
+    nworkers = 0;
+    printf("{\"event\":\"stopped\",\"iterations\":%ld,\"errors\":%ld}\n", atomic_load(&iterations),
+           atomic_load(&errors));
+    fflush(stdout);
+}
+
+int main(void)
+{
+    load_api();
+    CHECK(cu.init(0), "cuInit");
+    int count = 0;
+    CHECK(cu.device_count(&count), "cuDeviceGetCount");
+    const char *nd = getenv("APP_DEVICES");
+    int devices = nd ? atoi(nd) : 1;
+    if (devices < 1 || devices > count || devices > 2) {
+        fprintf(stderr, "pool_app: APP_DEVICES=%d but %d devices\n", devices, count);
+        return 2;
+    }
+    for (int d = 0; d < devices; d++)
+        CHECK(cu.retain(&ctxs[d], d), "cuDevicePrimaryCtxRetain");
+    for (int d = 0; d < devices; d++) {
+        use_device(d);
+        for (int i = 0; i < NBUF; i++) {
+            bufs[nbufs].device = d;
+            bufs[nbufs].size = sizes[i];
+            CHECK(cu.alloc(&bufs[nbufs].ptr, sizes[i]), "cuMemAlloc");
+            nbufs++;
+        }
+    }
+    fill_all();
+    print_buffers("ready");
+
+    char line[256];
+    while (fgets(line, sizeof(line), stdin)) {
+        int n = 0;
+        if (!strncmp(line, "state", 5)) {
+            print_buffers("state");
+        } else if (!strncmp(line, "mutate", 6)) {
+            generation++;
+            fill_all();
+            print_buffers("mutated");
+        } else if (!strncmp(line, "info", 4)) {
+            cmd_info();
+        } else if (sscanf(line, "churn %d", &n) == 1) {
+            cmd_churn(n);
+        } else if (sscanf(line, "threads %d", &n) == 1) {
+            cmd_threads(n);
+        } else if (!strncmp(line, "stop", 4)) {
+            cmd_stop();
+        } else if (!strncmp(line, "managed", 7)) {
+            use_device(0);
+            CUdeviceptr m;
+            CHECK(cu.alloc_managed(&m, 1 << 20, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+            printf("{\"event\":\"managed\",\"addr\":\"0x%llx\"}\n", (unsigned long long)m);
+            fflush(stdout);
+        } else if (!strncmp(line, "quit", 4)) {
+            break;
+        } else {
+            printf("{\"event\":\"error\",\"reason\":\"unknown command\"}\n");
+            fflush(stdout);
+        }
+    }
+    if (nworkers)
+        cmd_stop();
+    printf("{\"event\":\"bye\"}\n");
+    fflush(stdout);
+    return 0;
+}

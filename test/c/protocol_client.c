@@ -1,0 +1,294 @@
+/* Protocol tests against a live shim: a raw client that sends well-formed,
+ * malformed, truncated, oversized and unauthorised messages, and checks each
+ * is answered as gpuckpt_protocol.h says, with the server still serving.
+ *
+ *   protocol_client SOCKET all            every scenario below
+ *   protocol_client SOCKET as-uid UID     connect as another uid: refused
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gpuckpt_protocol.h"
+#include "harness.h"
+
+/* The wire layout is an ABI between builds of shim and controller. */
+_Static_assert(sizeof(struct gpck_header) == 24, "header layout");
+_Static_assert(sizeof(struct gpck_hello_rep) == 56, "hello layout");
+_Static_assert(sizeof(struct gpck_copy_range) == 32, "copy range layout");
+_Static_assert(sizeof(struct gpck_alloc_entry) == 24, "alloc entry layout");
+_Static_assert(sizeof(struct gpck_list_rep) == 16, "list reply layout");
+
+static const char *sock_path;
+
+static int connect_shim(void)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    strncpy(a.sun_path, sock_path, sizeof(a.sun_path) - 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -errno;
+    }
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static int send_raw(int fd, const void *buf, size_t len)
+{
+    return send(fd, buf, len, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+static int send_msg(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len)
+{
+    uint8_t buf[sizeof(struct gpck_header) + 4096];
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, 0, len, 0 };
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), payload, len);
+    return send_raw(fd, buf, sizeof(h) + len);
+}
+
+/* Receives one reply; returns its status, or 1 when the peer closed, or
+ * -1000 - errno on a receive error. */
+static int recv_status(int fd, void *payload, size_t cap)
+{
+    uint8_t buf[GPCK_MAX_MESSAGE];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0)
+        return 1;
+    if (n < 0)
+        return -1000 - errno;
+    struct gpck_header h;
+    memcpy(&h, buf, sizeof(h));
+    if (payload)
+        memcpy(payload, buf + sizeof(h), h.payload_len < cap ? h.payload_len : cap);
+    return h.status;
+}
+
+static int hello(int fd)
+{
+    struct gpck_hello_req req = { GPCK_PROTOCOL_VERSION, 0 };
+    send_msg(fd, GPCK_HELLO, 1, &req, sizeof(req));
+    return recv_status(fd, NULL, 0);
+}
+
+static void test_hello_works(void)
+{
+    int fd = connect_shim();
+    CHECK(fd >= 0);
+    struct gpck_hello_req req = { GPCK_PROTOCOL_VERSION, 0 };
+    struct gpck_hello_rep rep;
+    send_msg(fd, GPCK_HELLO, 1, &req, sizeof(req));
+    CHECK(recv_status(fd, &rep, sizeof(rep)) == 0);
+    CHECK(rep.version == GPCK_PROTOCOL_VERSION);
+    CHECK(rep.pid > 0);
+    CHECK(rep.pool_base != 0);
+    close(fd);
+}
+
+static void test_wrong_client_version_refused(void)
+{
+    int fd = connect_shim();
+    struct gpck_hello_req req = { GPCK_PROTOCOL_VERSION + 41, 0 };
+    send_msg(fd, GPCK_HELLO, 1, &req, sizeof(req));
+    CHECK(recv_status(fd, NULL, 0) == -EPROTONOSUPPORT);
+    close(fd);
+}
+
+/* Each malformed message ends its connection with -EPROTO or a close. */
+static void expect_dropped(const void *buf, size_t len)
+{
+    int fd = connect_shim();
+    CHECK(fd >= 0);
+    send_raw(fd, buf, len);
+    int st = recv_status(fd, NULL, 0);
+    CHECK(st == -EPROTO || st == 1);
+    /* the connection is gone afterwards */
+    CHECK(recv_status(fd, NULL, 0) == 1);
+    close(fd);
+}
+
+static void test_truncated_header(void)
+{
+    uint8_t buf[10] = { 0x47, 0x50, 0x43, 0x4b };
+    expect_dropped(buf, sizeof(buf));
+}
+
+static void test_bad_magic(void)
+{
+    struct gpck_header h = { 0xdeadbeef, GPCK_PROTOCOL_VERSION, GPCK_STATUS, 1, 0, 0, 0 };
+    expect_dropped(&h, sizeof(h));
+}
+
+static void test_length_mismatch(void)
+{
+    uint8_t buf[sizeof(struct gpck_header) + 8] = { 0 };
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, GPCK_STATUS, 1, 0, 100, 0 };
+    memcpy(buf, &h, sizeof(h));
+    expect_dropped(buf, sizeof(buf));
+}
+
+static void test_oversized(void)
+{
+    size_t len = GPCK_MAX_MESSAGE + 4096;
+    uint8_t *buf = calloc(1, len);
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, GPCK_STATUS, 1, 0, (uint32_t)(len - sizeof(h)), 0 };
+    memcpy(buf, &h, sizeof(h));
+    expect_dropped(buf, len);
+    free(buf);
+}
+
+static void test_reply_type_from_client(void)
+{
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, GPCK_STATUS | GPCK_REPLY, 1, 0, 0, 0 };
+    expect_dropped(&h, sizeof(h));
+}
+
+static void test_unknown_type_and_bad_payloads(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    send_msg(fd, 999, 2, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == -EOPNOTSUPP);
+    uint32_t junk = 7;
+    send_msg(fd, GPCK_QUIESCE, 3, &junk, sizeof(junk)); /* wrong payload size */
+    CHECK(recv_status(fd, NULL, 0) == -EPROTO);
+    struct gpck_list_req lr = { 0, 0, 0 };
+    send_msg(fd, GPCK_LIST_ALLOCS, 4, &lr, sizeof(lr)); /* max 0 */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    struct gpck_copy_req cr = { GPCK_MAX_COPY_RANGES + 1, 0 };
+    send_msg(fd, GPCK_COPY_OUT, 5, &cr, sizeof(cr)); /* count beyond the limit */
+    CHECK(recv_status(fd, NULL, 0) == -EPROTO);
+    close(fd);
+}
+
+/* Copies need the gate held by this client, staging mapped, and ranges inside
+ * live allocations and the staging memory. */
+static void test_copy_rules(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)buf;
+    cr->count = 1;
+    cr->ranges[0] = (struct gpck_copy_range){ 0, 0, 0x1000, 4096, 0 };
+    send_msg(fd, GPCK_COPY_OUT, 2, buf, sizeof(buf));
+    CHECK(recv_status(fd, NULL, 0) == -EPERM); /* not quiesced */
+
+    struct gpck_quiesce_req q = { 5000, 0 };
+    send_msg(fd, GPCK_QUIESCE, 3, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    send_msg(fd, GPCK_COPY_OUT, 4, buf, sizeof(buf));
+    CHECK(recv_status(fd, NULL, 0) == -ENOBUFS); /* no staging */
+
+    struct gpck_staging_req sr = { 1 << 20 };
+    send_msg(fd, GPCK_STAGING_MAP, 5, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */
+
+    send_msg(fd, GPCK_COPY_OUT, 6, buf, sizeof(buf)); /* 0x1000 is not pool memory */
+    CHECK(recv_status(fd, NULL, 0) == -EFAULT);
+
+    struct gpck_list_req lr = { 0, 16, 0 };
+    uint8_t lbuf[sizeof(struct gpck_list_rep) + 16 * sizeof(struct gpck_alloc_entry)];
+    send_msg(fd, GPCK_LIST_ALLOCS, 7, &lr, sizeof(lr));
+    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
+    struct gpck_list_rep *rep = (void *)lbuf;
+    CHECK(rep->count > 0);
+    if (rep->count > 0) {
+        struct gpck_alloc_entry e = rep->entries[0];
+        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, e.size + 4096, 0 };
+        send_msg(fd, GPCK_COPY_OUT, 8, buf, sizeof(buf)); /* runs past the allocation */
+        CHECK(recv_status(fd, NULL, 0) == -EFAULT);
+        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, 4096, (1 << 20) - 1024 };
+        send_msg(fd, GPCK_COPY_OUT, 9, buf, sizeof(buf)); /* runs past staging */
+        CHECK(recv_status(fd, NULL, 0) == -ERANGE);
+        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, 4096, UINT64_MAX - 100 };
+        send_msg(fd, GPCK_COPY_OUT, 10, buf, sizeof(buf)); /* offset overflow */
+        CHECK(recv_status(fd, NULL, 0) == -ERANGE);
+        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, 4096, 0 };
+        send_msg(fd, GPCK_COPY_OUT, 11, buf, sizeof(buf));
+        CHECK(recv_status(fd, NULL, 0) == 0);
+    }
+
+    /* A second client cannot quiesce or resume while this one holds the gate. */
+    int other = connect_shim();
+    CHECK(hello(other) == 0);
+    send_msg(other, GPCK_QUIESCE, 2, &q, sizeof(q));
+    CHECK(recv_status(other, NULL, 0) == -EBUSY);
+    send_msg(other, GPCK_RESUME, 3, NULL, 0);
+    CHECK(recv_status(other, NULL, 0) == -EPERM);
+    close(other);
+
+    send_msg(fd, GPCK_RESUME, 12, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd);
+}
+
+/* A client that disconnects while holding the gate releases it at once. */
+static void test_disconnect_reopens_gate(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_quiesce_req q = { 60000, 0 };
+    send_msg(fd, GPCK_QUIESCE, 2, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd);
+    usleep(100000);
+    int again = connect_shim();
+    CHECK(hello(again) == 0);
+    struct gpck_status_rep st;
+    send_msg(again, GPCK_STATUS, 2, NULL, 0);
+    CHECK(recv_status(again, &st, sizeof(st)) == 0);
+    CHECK(st.gate_state == GPCK_GATE_OPEN);
+    close(again);
+}
+
+static int as_uid(int uid)
+{
+    if (setgid((gid_t)uid) < 0 || setuid((uid_t)uid) < 0) {
+        printf("cannot become uid %d: %s\n", uid, strerror(errno));
+        return 2;
+    }
+    int fd = connect_shim();
+    if (fd < 0) {
+        printf("refused at connect: %s\n", strerror(-fd));
+        return 0;
+    }
+    int st = hello(fd);
+    if (st == -EACCES) {
+        printf("refused by the shim: %s\n", strerror(EACCES));
+        return 0;
+    }
+    printf("NOT refused: status %d\n", st);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: protocol_client SOCKET all | as-uid UID\n");
+        return 2;
+    }
+    sock_path = argv[1];
+    if (!strcmp(argv[2], "as-uid") && argc == 4)
+        return as_uid(atoi(argv[3]));
+    RUN(test_hello_works);
+    RUN(test_wrong_client_version_refused);
+    RUN(test_truncated_header);
+    RUN(test_bad_magic);
+    RUN(test_length_mismatch);
+    RUN(test_oversized);
+    RUN(test_reply_type_from_client);
+    RUN(test_unknown_type_and_bad_payloads);
+    RUN(test_copy_rules);
+    RUN(test_disconnect_reopens_gate);
+    RUN(test_hello_works); /* still serving after all of it */
+    return HARNESS_END();
+}

@@ -1,0 +1,168 @@
+/* Unit tests of the gate: closing blocks new calls, waits for calls in
+ * flight, reopening releases the blocked threads, and a call that never
+ * returns makes close time out and reopen. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "gate.h"
+#include "harness.h"
+
+static atomic_int entered, finished, release_inflight;
+
+static void *call_and_hold(void *arg)
+{
+    (void)arg;
+    gp_gate_enter();
+    atomic_fetch_add(&entered, 1);
+    while (!atomic_load(&release_inflight))
+        usleep(100);
+    gp_gate_exit();
+    atomic_fetch_add(&finished, 1);
+    return NULL;
+}
+
+static void *quick_call(void *arg)
+{
+    (void)arg;
+    gp_gate_enter();
+    atomic_fetch_add(&entered, 1);
+    gp_gate_exit();
+    atomic_fetch_add(&finished, 1);
+    return NULL;
+}
+
+static void reset(void)
+{
+    atomic_store(&entered, 0);
+    atomic_store(&finished, 0);
+    atomic_store(&release_inflight, 0);
+}
+
+static void test_close_blocks_new_calls(void)
+{
+    reset();
+    uint64_t drain;
+    CHECK(gp_gate_close(1000, &drain) == 0);
+    CHECK(gp_gate_is_closed());
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, quick_call, NULL);
+    usleep(50000);
+    CHECK(atomic_load(&entered) == 0);
+    uint64_t closed = gp_gate_open();
+    CHECK(closed > 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    CHECK(atomic_load(&finished) == 4);
+}
+
+/* close must not return while a call is inside the driver. */
+static void *closer(void *arg)
+{
+    int *rc = arg;
+    uint64_t drain;
+    *rc = gp_gate_close(5000, &drain);
+    return NULL;
+}
+
+static void test_close_waits_for_calls_in_flight(void)
+{
+    reset();
+    pthread_t holder, c;
+    pthread_create(&holder, NULL, call_and_hold, NULL);
+    while (!atomic_load(&entered))
+        usleep(100);
+    int rc = -1;
+    pthread_create(&c, NULL, closer, &rc);
+    usleep(50000);
+    CHECK(rc == -1); /* still draining */
+    atomic_store(&release_inflight, 1);
+    pthread_join(c, NULL);
+    CHECK(rc == 0);
+    CHECK(atomic_load(&finished) == 1);
+    gp_gate_open();
+    pthread_join(holder, NULL);
+}
+
+static void test_close_times_out_and_reopens(void)
+{
+    reset();
+    pthread_t holder;
+    pthread_create(&holder, NULL, call_and_hold, NULL);
+    while (!atomic_load(&entered))
+        usleep(100);
+    uint64_t drain;
+    CHECK(gp_gate_close(100, &drain) == -ETIMEDOUT);
+    CHECK(!gp_gate_is_closed());
+    atomic_store(&release_inflight, 1);
+    pthread_join(holder, NULL);
+}
+
+static void *hammer(void *arg)
+{
+    atomic_int *stop = arg;
+    while (!atomic_load(stop)) {
+        gp_gate_enter();
+        gp_gate_exit();
+    }
+    return NULL;
+}
+
+/* Many threads hammering the gate while it closes and opens repeatedly:
+ * every close drains (no call is inside while closed). */
+static atomic_int inside;
+static void *hammer_counting(void *arg)
+{
+    atomic_int *stop = arg;
+    while (!atomic_load(stop)) {
+        gp_gate_enter();
+        atomic_fetch_add(&inside, 1);
+        atomic_fetch_sub(&inside, 1);
+        gp_gate_exit();
+    }
+    return NULL;
+}
+
+static void test_many_threads_close_open(void)
+{
+    atomic_int stop = 0;
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, i % 2 ? hammer : hammer_counting, &stop);
+    uint64_t calls_before = gp_gate_calls();
+    for (int round = 0; round < 200; round++) {
+        uint64_t drain;
+        CHECK(gp_gate_close(5000, &drain) == 0);
+        CHECK(atomic_load(&inside) == 0);
+        gp_gate_open();
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    CHECK(gp_gate_calls() > calls_before);
+}
+
+static void test_bypass_never_blocks(void)
+{
+    reset();
+    uint64_t drain;
+    CHECK(gp_gate_close(1000, &drain) == 0);
+    gp_gate_bypass();
+    pthread_t t;
+    pthread_create(&t, NULL, quick_call, NULL);
+    pthread_join(t, NULL);
+    CHECK(atomic_load(&finished) == 1);
+}
+
+int main(void)
+{
+    RUN(test_close_blocks_new_calls);
+    RUN(test_close_waits_for_calls_in_flight);
+    RUN(test_close_times_out_and_reopens);
+    RUN(test_many_threads_close_open);
+    RUN(test_bypass_never_blocks); /* last: bypass is for good */
+    return HARNESS_END();
+}

@@ -1,0 +1,904 @@
+// GPU test runner: drives the programs of test/gpu/apps (built by run.sh into
+// build/gpu/) under bin/gpuckpt and checks live checkpoints and rollbacks
+// ("restore --into") bit for bit. Plain ESM, Node 20, no dependencies.
+//
+// Output: one line per test, `ok NAME: detail` / `FAIL NAME: reason` /
+// `SKIP NAME: reason`, measurements as `measure NAME: key=value ...`, notes as
+// `# ...`, and last exactly one line `N passed, N failed, N skipped`. Exit 1
+// if any test failed. Everything printed also goes to $OUT/gpu-test.log when
+// OUT is set.
+//
+// Environment:
+//   GPU_TEST_BIN_DIR   built programs (default build/gpu)
+//   GPUCKPT_BIN        the CLI (default bin/gpuckpt; a .js/.mjs file runs with node)
+//   GPU_TEST_TMPDIR    where images go (default os.tmpdir()); removed at the end
+//   GPU_TEST_BUDGET_S  time budget of the whole run (default 450)
+//   GPU_TEST_POOL_GIB  pool_fill size in GiB (default 16, scaled to free memory)
+//   GPU_TEST_ONLY      comma-separated test-name prefixes to run (default all)
+//   GPU_TEST_VERBOSE   1: pass the programs' stderr through
+//   GPU_TEST_LOG_APPEND  1: append to $OUT/gpu-test.log (run.sh started it)
+
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const env = process.env;
+const BIN_DIR = path.resolve(ROOT, env.GPU_TEST_BIN_DIR ?? 'build/gpu');
+const GPUCKPT = path.resolve(ROOT, env.GPUCKPT_BIN ?? 'bin/gpuckpt');
+const BUDGET_MS = Number(env.GPU_TEST_BUDGET_S ?? 450) * 1000;
+const ONLY = (env.GPU_TEST_ONLY ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const VERBOSE = env.GPU_TEST_VERBOSE === '1';
+const T0 = Date.now();
+
+const DEFAULT_POOL_BASE = 0x600000000000n;
+const DEFAULT_SLICE = 256n << 30n;
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+// ------------------------------------------------------------------ output --
+
+const logPath = env.OUT ? path.join(env.OUT, 'gpu-test.log') : null;
+if (logPath) {
+  fs.mkdirSync(env.OUT, { recursive: true });
+  if (env.GPU_TEST_LOG_APPEND !== '1') fs.writeFileSync(logPath, '');
+}
+function say(line) {
+  process.stdout.write(line + '\n');
+  if (logPath) fs.appendFileSync(logPath, line + '\n');
+}
+const oneLine = (s) => String(s).replace(/\s*\n\s*/g, ' | ').slice(0, 600);
+
+const counts = { passed: 0, failed: 0, skipped: 0 };
+let summaryPrinted = false;
+function summary() {
+  if (summaryPrinted) return;
+  summaryPrinted = true;
+  say(`${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`);
+}
+
+class Skip extends Error {}
+
+/** A failure with extra diagnostic lines (printed as `# ...` after FAIL). */
+function failure(msg, diag = []) {
+  const e = new Error(msg);
+  e.diag = diag;
+  return e;
+}
+
+const selected = (name) => ONLY.length === 0 || ONLY.some((p) => name.startsWith(p));
+
+/** Runs one test: fn returns a detail string (or {detail, value}). Returns
+ * the value on success, undefined otherwise. Processes it started are
+ * killed at the end. */
+async function test(name, fn) {
+  if (!selected(name)) return undefined;
+  if (remaining() <= 0) {
+    counts.failed++;
+    say(`FAIL ${name}: not run: time budget of ${BUDGET_MS / 1000} s exhausted`);
+    return undefined;
+  }
+  const t = Date.now();
+  try {
+    const r = await fn();
+    const detail = typeof r === 'string' ? r : r?.detail ?? '';
+    counts.passed++;
+    say(`ok ${name}: ${detail} (${((Date.now() - t) / 1000).toFixed(1)} s)`);
+    return typeof r === 'object' && r !== null && 'value' in r ? r.value : true;
+  } catch (e) {
+    if (e instanceof Skip) {
+      counts.skipped++;
+      say(`SKIP ${name}: ${oneLine(e.message)}`);
+    } else {
+      counts.failed++;
+      say(`FAIL ${name}: ${oneLine(e?.message ?? e)}`);
+      for (const l of e?.diag ?? []) say(`#   ${l}`);
+      // An exception that is no test failure (a bug in the runner): where.
+      if (!e?.diag) for (const l of String(e?.stack ?? '').split('\n').slice(1, 4)) say(`#   ${l.trim()}`);
+    }
+    return undefined;
+  } finally {
+    killAll();
+  }
+}
+
+function measure(name, kv) {
+  const parts = Object.entries(kv).map(([k, v]) => `${k}=${typeof v === 'number' ? fmt(v) : v}`);
+  say(`measure ${name}: ${parts.join(' ')}`);
+}
+function fmt(v) {
+  if (!Number.isFinite(v)) return String(v);
+  if (Number.isInteger(v) || Math.abs(v) >= 1e4) return v.toFixed(0);
+  return String(Number(v.toPrecision(4)));
+}
+
+// ------------------------------------------------------------ time budget --
+
+function remaining() {
+  return T0 + BUDGET_MS - Date.now();
+}
+/** A step's timeout: ms, cut to what is left of the budget. */
+function limit(ms) {
+  const r = remaining();
+  if (r <= 0) throw failure(`time budget of ${BUDGET_MS / 1000} s exhausted`);
+  return Math.min(ms, r);
+}
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+
+// -------------------------------------------------------------- processes --
+
+const live = new Set(); // child processes this runner started and that still run
+
+function killAll() {
+  for (const child of live) {
+    if (child.exitCode === null && child.signalCode === null) {
+      try {
+        child.kill('SIGKILL'); // by PID: only what we spawned
+      } catch {
+        /* already gone */
+      }
+    }
+  }
+  live.clear();
+}
+
+function track(child) {
+  live.add(child);
+  child.on('close', () => live.delete(child));
+  return child;
+}
+
+function cliCommand(args) {
+  return /\.[cm]?js$/.test(GPUCKPT) ? [process.execPath, [GPUCKPT, ...args]] : [GPUCKPT, args];
+}
+
+const describeExit = (s) => (s.signal ? `signal ${s.signal}` : `exit code ${s.code}`);
+
+/** One run of a test program (plain, or under `gpuckpt run`), talking the
+ * line protocol. */
+class App {
+  constructor(name, prog, args = [], { shim = true } = {}) {
+    this.name = name;
+    const file = path.join(BIN_DIR, prog);
+    if (!fs.existsSync(file)) throw failure(`${file} not built (run test/gpu/run.sh)`);
+    const [cmd, argv] = shim ? cliCommand(['run', '--', file, ...args]) : [file, args];
+    this.cmdline = [cmd, ...argv].join(' ');
+    this.lines = [];
+    this.wake = null;
+    this.stderr = '';
+    this.status = null;
+    this.spawnError = null;
+    this.child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'], env }));
+    this.child.on('error', (e) => {
+      this.spawnError = e;
+      this.status ??= { code: null, signal: null };
+      this.wake?.();
+    });
+    this.child.stdin.on('error', () => {}); // EPIPE when it died: reported via status
+    readline.createInterface({ input: this.child.stdout }).on('line', (l) => {
+      this.lines.push(l);
+      this.wake?.();
+    });
+    this.child.stderr.on('data', (d) => {
+      this.stderr = (this.stderr + d).slice(-16384);
+      if (VERBOSE) process.stderr.write(d);
+    });
+    this.closed = new Promise((res) =>
+      this.child.on('close', (code, signal) => {
+        this.status = { code, signal };
+        this.wake?.();
+        res(this.status);
+      }),
+    );
+  }
+
+  get pid() {
+    return this.child.pid;
+  }
+
+  /** Error with the program's last stderr lines as diagnostics. */
+  error(msg) {
+    const tail = this.stderr.trimEnd().split('\n').filter(Boolean).slice(-12);
+    return failure(msg, tail.length ? [`stderr of ${this.name} (last lines):`, ...tail.map((l) => '  ' + l)] : []);
+  }
+
+  /** The next JSON line on stdout, within ms. */
+  async next(what, ms) {
+    const to = limit(ms);
+    const deadline = Date.now() + to;
+    for (;;) {
+      if (this.lines.length) break;
+      if (this.spawnError) throw this.error(`${what}: cannot start ${this.cmdline}: ${this.spawnError.message}`);
+      if (this.status) throw this.error(`${what}: ${this.name} ended (${describeExit(this.status)}) without a reply`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw this.error(`${what}: no reply from ${this.name} within ${(to / 1000).toFixed(0)} s`);
+      await new Promise((res) => {
+        const t = setTimeout(res, left);
+        this.wake = () => {
+          clearTimeout(t);
+          res();
+        };
+      });
+      this.wake = null;
+    }
+    const line = this.lines.shift();
+    let msg;
+    try {
+      msg = JSON.parse(line);
+    } catch {
+      throw this.error(`${what}: not a JSON line on ${this.name}'s stdout: ${JSON.stringify(line.slice(0, 200))}`);
+    }
+    if (msg?.event === 'error') throw this.error(`${what}: ${this.name} reported an error: ${msg.message}`);
+    return msg;
+  }
+
+  /** Sends a command and expects the event `expect` back. */
+  async send(cmd, expect, ms = 60_000) {
+    this.child.stdin.write(cmd + '\n');
+    const msg = await this.next(cmd, ms);
+    if (msg.event !== expect) throw this.error(`${cmd}: expected event "${expect}", got ${JSON.stringify(msg).slice(0, 200)}`);
+    if (msg.buffers !== undefined) checkBuffers(msg.buffers, `${cmd} reply`);
+    return msg;
+  }
+
+  /** The ready event (or skip), with the PID check of `gpuckpt run`'s exec. */
+  async ready(ms = 90_000) {
+    const msg = await this.next('ready', ms);
+    if (msg.event === 'skip') return msg;
+    if (msg.event !== 'ready') throw this.error(`expected a ready event, got ${JSON.stringify(msg).slice(0, 200)}`);
+    checkBuffers(msg.buffers, 'ready event');
+    if (msg.pid !== this.pid)
+      throw this.error(`ready: program's pid ${msg.pid} is not the spawned pid ${this.pid} (gpuckpt run must exec)`);
+    return msg;
+  }
+
+  async waitExit(ms) {
+    let t;
+    const to = limit(ms);
+    const timeout = new Promise((res) => (t = setTimeout(res, to, null)));
+    const s = await Promise.race([this.closed, timeout]);
+    clearTimeout(t);
+    if (!s) throw this.error(`${this.name} did not exit within ${(to / 1000).toFixed(0)} s`);
+    return s;
+  }
+
+  /** quit -> bye, then exit code 0. */
+  async quit(ms = 60_000) {
+    await this.send('quit', 'bye', ms);
+    this.child.stdin.end();
+    const s = await this.waitExit(ms);
+    if (s.code !== 0) throw this.error(`after quit ${this.name} ended with ${describeExit(s)}`);
+  }
+}
+
+/** Runs the CLI; resolves {code, signal, stdout, stderr, seconds}. */
+function runCli(args, ms) {
+  return new Promise((resolve, reject) => {
+    let to;
+    try {
+      to = limit(ms);
+    } catch (e) {
+      reject(e);
+      return;
+    }
+    const t0 = Date.now();
+    const [cmd, argv] = cliCommand(args);
+    const child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env }));
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => {
+      stderr += d;
+      if (VERBOSE) process.stderr.write(d);
+    });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, to);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(failure(`cannot run ${cmd}: ${e.message}`));
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const r = { code, signal, stdout, stderr, seconds: (Date.now() - t0) / 1000 };
+      if (timedOut) reject(failure(`gpuckpt ${args.join(' ')}: no result within ${(to / 1000).toFixed(0)} s (killed)`, tail(stderr)));
+      else resolve(r);
+    });
+  });
+}
+
+const tail = (s, n = 12) => s.trimEnd().split('\n').filter(Boolean).slice(-n).map((l) => '  ' + l);
+
+/** Runs the CLI with --json; exit 0 and one JSON value on stdout, or throws. */
+async function cliJson(args, ms = 60_000) {
+  const r = await runCli(args, ms);
+  const what = `gpuckpt ${args.join(' ')}`;
+  if (r.code !== 0) {
+    const lines = r.stderr.trimEnd().split('\n').filter(Boolean);
+    const msg =
+      lines.find((l) => l.startsWith('gpuckpt:')) ??
+      lines.find((l) => /\b[A-Za-z]*Error\b:/.test(l)) ??
+      lines.at(-1) ??
+      '(no message on stderr)';
+    throw failure(`${what}: ${describeExit(r)}: ${msg}`, tail(r.stderr));
+  }
+  try {
+    return JSON.parse(r.stdout);
+  } catch {
+    throw failure(`${what}: stdout is not one JSON value: ${JSON.stringify(r.stdout.slice(0, 200))}`, tail(r.stderr));
+  }
+}
+
+// ---------------------------------------------------------- data checking --
+
+function checkBuffers(bufs, what) {
+  if (!Array.isArray(bufs) || bufs.length === 0) throw failure(`${what}: no buffers array`);
+  bufs.forEach((b, i) => {
+    const ok =
+      b &&
+      Number.isInteger(b.device) &&
+      typeof b.addr === 'string' &&
+      /^0x[0-9a-f]+$/i.test(b.addr) &&
+      Number.isSafeInteger(b.size) &&
+      b.size > 0 &&
+      typeof b.checksum === 'string' &&
+      /^[0-9a-f]{16}$/i.test(b.checksum);
+    if (!ok) throw failure(`${what}: malformed buffer ${i}: ${JSON.stringify(b)}`);
+  });
+}
+
+const bufName = (b, i) => `buffer ${i} (dev ${b.device} ${b.addr}, ${b.size} B)`;
+const totalBytes = (bufs) => bufs.reduce((s, b) => s + b.size, 0);
+
+/** Same device, address and size, in order. */
+function expectLayout(got, want, what) {
+  if (got.length !== want.length) throw failure(`${what}: ${got.length} buffers, expected ${want.length}`);
+  got.forEach((b, i) => {
+    const w = want[i];
+    if (b.device !== w.device || BigInt(b.addr) !== BigInt(w.addr) || b.size !== w.size)
+      throw failure(`${what}: ${bufName(b, i)} != ${bufName(w, i)}`);
+  });
+}
+
+/** Same layout and bit-identical checksums. */
+function expectSame(got, want, what) {
+  expectLayout(got, want, what);
+  const bad = got.map((b, i) => [b, i]).filter(([b, i]) => b.checksum.toLowerCase() !== want[i].checksum.toLowerCase());
+  if (bad.length)
+    throw failure(
+      `${what}: ${bad.length}/${got.length} buffers differ: ` +
+        bad
+          .slice(0, 2)
+          .map(([b, i]) => `${bufName(b, i)} checksum ${b.checksum}, expected ${want[i].checksum}`)
+          .join('; ') +
+        (bad.length > 2 ? '; ...' : ''),
+    );
+}
+
+/** Same devices, sizes and checksums; addresses may differ (another program
+ * or a run without the shim). */
+function expectSameData(got, want, what) {
+  if (got.length !== want.length) throw failure(`${what}: ${got.length} buffers, expected ${want.length}`);
+  got.forEach((b, i) => {
+    const w = want[i];
+    if (b.device !== w.device || b.size !== w.size || b.checksum.toLowerCase() !== w.checksum.toLowerCase())
+      throw failure(`${what}: ${bufName(b, i)} checksum ${b.checksum}, expected ${bufName(w, i)} checksum ${w.checksum}`);
+  });
+}
+
+/** Same layout and every checksum changed. */
+function expectAllDiffer(got, before, what) {
+  expectLayout(got, before, what);
+  got.forEach((b, i) => {
+    if (b.checksum.toLowerCase() === before[i].checksum.toLowerCase())
+      throw failure(`${what}: ${bufName(b, i)} checksum unchanged (${b.checksum})`);
+  });
+}
+
+function toBig(v) {
+  if (typeof v === 'bigint') return v;
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt(v);
+  if (typeof v === 'string' && /^(0x[0-9a-f]+|[0-9]+)$/i.test(v.trim())) return BigInt(v.trim());
+  return null;
+}
+
+/** ps --json entry of pid, and the pool range it reports. */
+async function poolOf(pid) {
+  const list = await cliJson(['ps', '--json'], 30_000);
+  if (!Array.isArray(list)) throw failure(`gpuckpt ps --json: not an array: ${JSON.stringify(list).slice(0, 200)}`);
+  const entry = list.find((p) => Number(p?.pid) === pid);
+  if (!entry) throw failure(`gpuckpt ps --json does not list pid ${pid} (lists ${list.map((p) => p?.pid).join(', ') || 'none'})`);
+  let base = toBig(entry.poolBase);
+  let slice = toBig(entry.sliceSize);
+  let note = '';
+  if (base === null || slice === null) {
+    note = ` (ps gave poolBase=${JSON.stringify(entry.poolBase)} sliceSize=${JSON.stringify(entry.sliceSize)}: used the defaults)`;
+    base ??= DEFAULT_POOL_BASE;
+    slice ??= DEFAULT_SLICE;
+  }
+  return { entry, base, slice, note };
+}
+
+/** Every buffer inside its device's slice; ps counts at least as many
+ * allocations per device. */
+function expectInPool(bufs, pool, what) {
+  bufs.forEach((b, i) => {
+    const lo = pool.base + BigInt(b.device) * pool.slice;
+    const a = BigInt(b.addr);
+    if (a < lo || a + BigInt(b.size) > lo + pool.slice)
+      throw failure(`${what}: ${bufName(b, i)} is outside device ${b.device}'s pool slice [0x${lo.toString(16)}, 0x${(lo + pool.slice).toString(16)})`);
+  });
+  const devs = pool.entry.devices;
+  if (Array.isArray(devs)) {
+    const per = new Map();
+    for (const b of bufs) per.set(b.device, (per.get(b.device) ?? 0) + 1);
+    for (const [d, n] of per) {
+      const got = devs[d]?.allocations;
+      if (typeof got === 'number' && got < n)
+        throw failure(`${what}: ps --json counts ${got} allocations on device ${d}, the program holds ${n} buffers there`);
+    }
+  }
+}
+
+const NUM = (j, k) => typeof j[k] === 'number' && Number.isFinite(j[k]);
+
+function expectKeys(j, keys, what) {
+  if (!j || typeof j !== 'object') throw failure(`${what}: not a JSON object`);
+  const missing = keys.filter((k) => !NUM(j, k));
+  if (missing.length) throw failure(`${what}: missing or non-numeric ${missing.join(', ')} in ${JSON.stringify(j).slice(0, 300)}`);
+}
+
+async function checkpoint(app, snap, bufs, ms) {
+  const what = `checkpoint ${app.pid} --gpu-only`;
+  const j = await cliJson(['checkpoint', String(app.pid), '--gpu-only', '-o', snap, '--json'], ms);
+  expectKeys(j, ['pid', 'allocations', 'frames', 'rawBytes', 'storedBytes', 'ratio', 'seconds', 'pauseSeconds', 'copySeconds', 'copyGBps', 'throughputGBps'], what);
+  if (typeof j.image !== 'string') throw failure(`${what}: no image path in the result`);
+  if (j.pid !== app.pid) throw failure(`${what}: result names pid ${j.pid}`);
+  if (j.allocations < bufs.length) throw failure(`${what}: ${j.allocations} allocations in the image, the program holds ${bufs.length} buffers`);
+  if (j.rawBytes < totalBytes(bufs)) throw failure(`${what}: rawBytes ${j.rawBytes} < ${totalBytes(bufs)} bytes of buffers`);
+  if (!fs.existsSync(snap)) throw failure(`${what}: exit 0 but ${snap} does not exist`);
+  return j;
+}
+
+async function restore(app, snap, ck, ms) {
+  const what = `restore ${path.basename(snap)} --into ${app.pid}`;
+  const j = await cliJson(['restore', snap, '--into', String(app.pid), '--json'], ms);
+  expectKeys(j, ['pid', 'rawBytes', 'seconds', 'pauseSeconds', 'copyGBps'], what);
+  if (j.pid !== app.pid) throw failure(`${what}: result names pid ${j.pid}`);
+  if (ck && j.rawBytes !== ck.rawBytes) throw failure(`${what}: rawBytes ${j.rawBytes}, the checkpoint wrote ${ck.rawBytes}`);
+  return j;
+}
+
+async function inspect(snap, bufs, ms = 120_000) {
+  const what = `inspect ${path.basename(snap)}`;
+  const j = await cliJson(['inspect', snap, '--json'], ms);
+  if (j?.verified !== true) throw failure(`${what}: verified is ${JSON.stringify(j?.verified)}, not true`);
+  if (!Array.isArray(j.allocations)) throw failure(`${what}: no allocations array`);
+  const allocs = j.allocations.map((a) => ({ device: Number(a.device), addr: toBig(a.addr), size: Number(a.size) }));
+  bufs.forEach((b, i) => {
+    const a = allocs.find((x) => x.device === b.device && x.addr === BigInt(b.addr));
+    if (!a) throw failure(`${what}: no allocation at ${bufName(b, i)} among ${allocs.length}`);
+    if (!(a.size >= b.size)) throw failure(`${what}: allocation at ${b.addr} has size ${a.size} < ${b.size}`);
+  });
+  return j;
+}
+
+// ------------------------------------------------------------------ images --
+
+const tmpRoot = fs.mkdtempSync(path.join(env.GPU_TEST_TMPDIR ?? os.tmpdir(), 'gpuckpt-gputest-'));
+let snapSeq = 0;
+const snapPath = (name) => path.join(tmpRoot, `${name.replace(/[^A-Za-z0-9_.-]/g, '_')}-${++snapSeq}`);
+function removeImages(prefix = '') {
+  for (const f of fs.readdirSync(tmpRoot)) if (f.startsWith(prefix)) fs.rmSync(path.join(tmpRoot, f), { recursive: true, force: true });
+}
+/** Runs fn, then deletes the images named after prefix (disk space). */
+async function withImages(prefix, fn) {
+  try {
+    return await fn();
+  } finally {
+    killAll(); // a program still holding the pool, first
+    removeImages(prefix);
+  }
+}
+function cleanup() {
+  killAll();
+  fs.rmSync(tmpRoot, { recursive: true, force: true });
+}
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => {
+    say(`FAIL runner: interrupted by ${sig}`);
+    counts.failed++;
+    cleanup();
+    summary();
+    process.exit(1);
+  });
+}
+// Backstop: steps honour the budget, but never let the run hang.
+setTimeout(() => {
+  say(`FAIL runner: still running ${BUDGET_MS / 1000 + 60} s after start, giving up`);
+  counts.failed++;
+  cleanup();
+  summary();
+  process.exit(1);
+}, BUDGET_MS + 60_000).unref();
+
+// --------------------------------------------------------------- scenarios --
+
+/** Ready buffers of each program's first run under the shim, kept even when
+ * the rest of its scenario failed: the second run compares against them. */
+const firstReady = new Map();
+
+const mib = (n) => (n / MiB).toFixed(1);
+
+function ckMeasures(prefix, ck) {
+  return {
+    [`${prefix}s`]: ck.seconds,
+    [`${prefix}pause_s`]: ck.pauseSeconds,
+    [`${prefix}copy_GBps`]: ck.copyGBps,
+    ...(ck.throughputGBps !== undefined ? { [`${prefix}throughput_GBps`]: ck.throughputGBps } : {}),
+  };
+}
+
+/**
+ * The rollback scenario of one program under the shim:
+ *   ready (buffers in the pool, ps lists it) -> checkpoint A (live) ->
+ *   state == ready -> mutate (all differ) -> [checkpoint B -> state ==
+ *   mutated -> mutate again] -> restore A --into -> state == ready ->
+ *   [restore B -> state == mutated] -> inspect A (verified, has every
+ *   buffer) -> quit -> exit 0.
+ * opts.single: one image only (large pools); opts.* timeouts in ms.
+ */
+async function rollback(name, prog, args = [], opts = {}) {
+  const { readyMs = 90_000, ckptMs = 120_000, restoreMs = 120_000, single = false, measures = true } = opts;
+  const app = new App(name, prog, args);
+  const ready = await app.ready(readyMs);
+  if (ready.event === 'skip') throw new Skip(ready.reason ?? 'program skipped');
+  const R = ready.buffers;
+  firstReady.set(name, R);
+  const pool = await poolOf(app.pid);
+  expectInPool(R, pool, 'ready');
+
+  const snapA = snapPath(name);
+  const ckA = await checkpoint(app, snapA, R, ckptMs);
+  expectSame((await app.send('state', 'state')).buffers, R, 'state after live checkpoint A');
+  const M1 = (await app.send('mutate', 'mutated')).buffers;
+  expectAllDiffer(M1, R, 'mutate');
+
+  let snapB;
+  let ckB;
+  if (!single) {
+    snapB = snapPath(name);
+    ckB = await checkpoint(app, snapB, M1, ckptMs);
+    expectSame((await app.send('state', 'state')).buffers, M1, 'state after live checkpoint B');
+    const M2 = (await app.send('mutate', 'mutated')).buffers;
+    expectAllDiffer(M2, M1, 'second mutate');
+  }
+
+  const rsA = await restore(app, snapA, ckA, restoreMs);
+  expectSame((await app.send('state', 'state')).buffers, R, 'state after restore of A (must equal ready)');
+  if (!single) {
+    await restore(app, snapB, ckB, restoreMs);
+    expectSame((await app.send('state', 'state')).buffers, M1, 'state after restore of B (must equal first mutate)');
+  }
+  const insp = await inspect(snapA, R);
+  await app.quit();
+
+  if (measures) measure(name, {
+    buffers: R.length,
+    MiB: Number(mib(totalBytes(R))),
+    raw_MiB: Number(mib(ckA.rawBytes)),
+    stored_MiB: Number(mib(ckA.storedBytes)),
+    ratio: ckA.ratio,
+    ...ckMeasures('ckpt_', ckA),
+    ...ckMeasures('restore_', rsA),
+  });
+  const detail =
+    `${R.length} buffers, ${mib(totalBytes(R))} MiB in the pool at ${R[0].addr}${pool.note}; ` +
+    `live checkpoint left data intact; mutate + restore --into rolled back bit for bit` +
+    (single ? '' : ' (2 images, each restored)') +
+    `; inspect verified ${insp.allocations.length} allocations`;
+  return { detail, value: { ready: R, mutated: M1, ckA, rsA } };
+}
+
+/** A second run of the same program: identical addresses and checksums to
+ * the first run's ready event. */
+async function secondRun(name, prog, args = [], extra = {}) {
+  const first = firstReady.get(name);
+  if (!first) throw failure('not run: the first run under the shim never got ready');
+  const app = new App(name, prog, args);
+  const ready = await app.ready();
+  if (ready.event === 'skip') throw new Skip(ready.reason ?? 'program skipped');
+  expectLayout(ready.buffers, first, 'addresses of the second run');
+  expectSame(ready.buffers, first, 'checksums of the second run');
+  let note = '';
+  if (extra.sameAs) {
+    // Same kernels, seeds and sizes as another program: same data.
+    expectSameData(ready.buffers, extra.sameAs.buffers, `checksums vs ${extra.sameAs.name}`);
+    note = `; data identical to ${extra.sameAs.name}'s`;
+  }
+  await app.quit();
+  return `${ready.buffers.length} buffers at the same addresses (${ready.buffers[0].addr}...) with the same checksums${note}`;
+}
+
+/** The static program without the shim: the program itself is correct. */
+async function noShim() {
+  const app = new App('static_cudart', 'static_cudart', [], { shim: false });
+  const ready = await app.ready();
+  const R = ready.buffers;
+  expectSame((await app.send('state', 'state')).buffers, R, 'state');
+  const M = (await app.send('mutate', 'mutated')).buffers;
+  expectAllDiffer(M, R, 'mutate');
+  expectSame((await app.send('state', 'state')).buffers, M, 'state after mutate');
+  await app.quit();
+  return { detail: `${R.length} buffers at ${R[0].addr}..., state stable, mutate changes every buffer`, value: { ready: R, mutated: M } };
+}
+
+/**
+ * threads: 3 live checkpoints while 8 threads x 4 streams churn (each
+ * followed by state == ready, errors 0, workers still progressing), then
+ * stop -> checkpoint -> mutate -> restore --into -> state == ready, errors 0.
+ */
+async function threadsScenario(name) {
+  const app = new App(name, 'threads');
+  const ready = await app.ready();
+  const R = ready.buffers;
+  firstReady.set(name, R);
+  const pool = await poolOf(app.pid);
+  expectInPool(R, pool, 'ready');
+  const check = (s, what, wantRunning) => {
+    expectSame(s.buffers, R, what);
+    if (s.errors !== 0) throw app.error(`${what}: workers report ${s.errors} errors (scratch verification or CUDA calls)`);
+    if (s.running !== wantRunning) throw failure(`${what}: running is ${s.running}`);
+  };
+  await sleep(1000);
+  let s = await app.send('state', 'state');
+  check(s, 'state under load', true);
+  if (!(s.iterations > 0)) throw failure(`workers made no progress in 1 s (iterations ${s.iterations})`);
+  const loaded = [];
+  for (let k = 1; k <= 3; k++) {
+    const before = s.iterations;
+    const snapK = snapPath(name);
+    const ck = await checkpoint(app, snapK, R, 120_000);
+    s = await app.send('state', 'state');
+    check(s, `state after live checkpoint ${k} under load`, true);
+    if (!(s.iterations > before)) throw failure(`workers stalled across checkpoint ${k} (iterations ${before} -> ${s.iterations})`);
+    loaded.push({ ck, maxRoundMs: s.maxRoundMs, iters: s.iterations - before });
+    if (k === 1) await inspect(snapK, R); // an image taken under load is complete too
+    await sleep(300);
+  }
+  s = await app.send('stop', 'stopped', 120_000);
+  check(s, 'stop', false);
+  const iterations = s.iterations;
+  const snap = snapPath(name);
+  const ck = await checkpoint(app, snap, R, 120_000);
+  expectAllDiffer((await app.send('mutate', 'mutated')).buffers, R, 'mutate after stop');
+  const rs = await restore(app, snap, ck, 120_000);
+  s = await app.send('state', 'state');
+  check(s, 'state after restore --into (must equal ready)', false);
+  await inspect(snap, R);
+  await app.quit();
+  measure(name, {
+    threads: ready.threads ?? '?',
+    iterations,
+    errors: s.errors,
+    ckpt_under_load_s: loaded.map((l) => fmt(l.ck.seconds)).join(','),
+    pause_under_load_s: loaded.map((l) => fmt(l.ck.pauseSeconds)).join(','),
+    allocs_under_load: loaded.map((l) => l.ck.allocations).join(','),
+    max_worker_round_ms: loaded.map((l) => fmt(l.maxRoundMs ?? NaN)).join(','),
+    ...ckMeasures('stopped_ckpt_', ck),
+    ...ckMeasures('restore_', rs),
+  });
+  return {
+    detail:
+      `${R.length} persistent buffers; 3 live checkpoints under load (${loaded.map((l) => l.ck.allocations).join('/')} allocations), ` +
+      `state intact and 0 errors after each; ${iterations} worker rounds; stop + mutate + restore rolled back bit for bit`,
+    value: { ready: R },
+  };
+}
+
+async function bench() {
+  const runOne = async (shim) => {
+    const app = new App('bench_alloc', 'bench_alloc', [], { shim });
+    const m = await app.next('bench', 180_000);
+    if (m.event !== 'bench' || !NUM(m, 'mallocFreeNs') || !NUM(m, 'launchesPerSec'))
+      throw app.error(`bench: unexpected line ${JSON.stringify(m).slice(0, 200)}`);
+    const s = await app.waitExit(30_000);
+    if (s.code !== 0) throw app.error(`bench_alloc ended with ${describeExit(s)}`);
+    return m;
+  };
+  const plain = await runOne(false);
+  const shim = await runOne(true);
+  const mr = shim.mallocFreeNs / plain.mallocFreeNs;
+  const lr = shim.launchesPerSec / plain.launchesPerSec;
+  measure('bench_alloc', {
+    malloc_free_ns_plain: plain.mallocFreeNs,
+    malloc_free_ns_shim: shim.mallocFreeNs,
+    malloc_free_ratio: mr,
+    launches_per_s_plain: Math.round(plain.launchesPerSec),
+    launches_per_s_shim: Math.round(shim.launchesPerSec),
+    launch_rate_ratio: lr,
+    reps: plain.reps,
+  });
+  return (
+    `cudaMalloc(1 MiB)+cudaFree median ${fmt(plain.mallocFreeNs)} ns plain, ${fmt(shim.mallocFreeNs)} ns under the shim (x${fmt(mr)}); ` +
+    `empty launches ${Math.round(plain.launchesPerSec)}/s plain, ${Math.round(shim.launchesPerSec)}/s under the shim (x${fmt(lr)})`
+  );
+}
+
+function gpuInfo() {
+  const r = spawnSync('nvidia-smi', ['--query-gpu=index,name,memory.total,memory.free,driver_version', '--format=csv,noheader,nounits'], {
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  if (r.status !== 0 || !r.stdout) return [];
+  return r.stdout
+    .trim()
+    .split('\n')
+    .map((l) => l.split(',').map((s) => s.trim()))
+    .map(([index, name, total, free, driver]) => ({ index: Number(index), name, totalMiB: Number(total), freeMiB: Number(free), driver }));
+}
+
+/** Size of pool_fill: 16 GiB if >= 40 GB are free on GPU 0 (and the disk can
+ * take the image), else scaled down. */
+function poolFillSize(gpus) {
+  if (env.GPU_TEST_POOL_GIB) return { gib: Number(env.GPU_TEST_POOL_GIB), note: 'size from GPU_TEST_POOL_GIB' };
+  let gib = 16;
+  const notes = [];
+  const freeBytes = gpus[0] ? gpus[0].freeMiB * MiB : NaN;
+  if (!(freeBytes >= 40e9)) {
+    gib = Number.isFinite(freeBytes) ? Math.max(1, Math.floor((freeBytes * 0.35) / GiB)) : 4;
+    notes.push(`scaled down from 16 GiB: ${Number.isFinite(freeBytes) ? (freeBytes / 1e9).toFixed(1) + ' GB' : 'unknown memory'} free on GPU 0 (< 40 GB)`);
+  }
+  try {
+    const st = fs.statfsSync(tmpRoot);
+    const avail = st.bavail * st.bsize;
+    const need = (g) => g * GiB * 0.75 + 2 * GiB; // image of the mixed content, with margin
+    if (avail < need(gib)) {
+      const g = Math.max(1, Math.floor((avail - 2 * GiB) / (0.75 * GiB)));
+      notes.push(`scaled down to ${g} GiB: ${(avail / GiB).toFixed(1)} GiB free on the image disk`);
+      gib = Math.min(gib, g);
+    }
+  } catch {
+    /* statfs unavailable: keep the size */
+  }
+  return { gib, note: notes.join('; ') };
+}
+
+// ------------------------------------------------------------------- main --
+
+async function main() {
+  const gpus = gpuInfo();
+  for (const g of gpus) say(`# GPU ${g.index}: ${g.name}, ${g.totalMiB} MiB, ${g.freeMiB} MiB free, driver ${g.driver}`);
+  say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}`);
+
+  const plain = await test('static_cudart/no-shim', noShim);
+
+  let cliBroken = null;
+  if (selected('cli')) {
+    await test('cli', async () => {
+      try {
+        const list = await cliJson(['ps', '--json'], 30_000);
+        if (!Array.isArray(list)) throw failure(`ps --json printed ${JSON.stringify(list).slice(0, 100)}, not an array`);
+        return `gpuckpt ps --json answers (${list.length} processes)`;
+      } catch (e) {
+        cliBroken = e.message;
+        throw e;
+      }
+    });
+  }
+  const needCli = (fn) => async () => {
+    if (cliBroken) throw failure(`not run: gpuckpt unusable (${oneLine(cliBroken).slice(0, 200)})`);
+    return fn();
+  };
+
+  // static cudart, shared cudart, driver API: same buffers and data.
+  await test(
+    'static_cudart',
+    needCli(() =>
+      withImages('static_cudart', async () => {
+        const r = await rollback('static_cudart', 'static_cudart');
+        if (plain) {
+          expectSameData(r.value.ready, plain.ready, 'ready checksums vs the run without the shim');
+          expectSameData(r.value.mutated, plain.mutated, 'mutated checksums vs the run without the shim');
+          r.detail += '; data identical to the run without the shim';
+        }
+        return r;
+      }),
+    ),
+  );
+  await test(
+    'static_cudart/second-run',
+    needCli(() => secondRun('static_cudart', 'static_cudart')),
+  );
+
+  for (const prog of ['shared_cudart', 'driver_api']) {
+    await test(
+      prog,
+      needCli(() => withImages(prog, () => rollback(prog, prog))),
+    );
+    await test(
+      `${prog}/second-run`,
+      needCli(() => secondRun(prog, prog, [], plain ? { sameAs: { name: 'static_cudart (no shim)', buffers: plain.ready } } : {})),
+    );
+  }
+
+  await test(
+    'threads',
+    needCli(() => withImages('threads', () => threadsScenario('threads'))),
+  );
+  await test(
+    'threads/second-run',
+    needCli(() => secondRun('threads', 'threads')),
+  );
+
+  // With one GPU the program itself says skip; nvidia-smi saves starting it.
+  let twoSkipped = gpus.length === 1 ? `needs 2 GPUs, this machine has 1 (${gpus[0].name})` : null;
+  await test('two_gpu', async () => {
+    if (twoSkipped) throw new Skip(twoSkipped);
+    return needCli(() =>
+      withImages('two_gpu', () =>
+        rollback('two_gpu', 'two_gpu').catch((e) => {
+          if (e instanceof Skip) twoSkipped = e.message;
+          throw e;
+        }),
+      ),
+    )();
+  });
+  await test('two_gpu/second-run', async () => {
+    if (twoSkipped) throw new Skip(twoSkipped);
+    return needCli(() => secondRun('two_gpu', 'two_gpu'))();
+  });
+
+  await test('bench_alloc', needCli(bench));
+
+  await test(
+    'pool_fill',
+    needCli(() =>
+      withImages('pool_fill', async () => {
+        const { gib, note } = poolFillSize(gpus);
+        const r = await rollback('pool_fill', 'pool_fill', [String(gib)], {
+          readyMs: 240_000,
+          ckptMs: 300_000,
+          restoreMs: 300_000,
+          single: true,
+          measures: false,
+        });
+        const { ckA: ck, rsA: rs } = r.value;
+        measure('pool_fill', {
+          GiB: gib,
+          raw_GiB: ck.rawBytes / GiB,
+          stored_GiB: ck.storedBytes / GiB,
+          ratio: ck.ratio,
+          ckpt_s: ck.seconds,
+          pause_s: ck.pauseSeconds,
+          copy_GBps: ck.copyGBps,
+          throughput_GBps: ck.throughputGBps,
+          restore_s: rs.seconds,
+          restore_pause_s: rs.pauseSeconds,
+          restore_copy_GBps: rs.copyGBps,
+        });
+        return (
+          `${gib} GiB${note ? ` (${note})` : ''}: checkpoint pause ${fmt(ck.pauseSeconds)} s, copy ${fmt(ck.copyGBps)} GB/s, ` +
+          `${fmt(ck.seconds)} s total, stored ${fmt(ck.storedBytes / GiB)} GiB; restore --into ${fmt(rs.seconds)} s ` +
+          `(copy ${fmt(rs.copyGBps)} GB/s), data rolled back bit for bit`
+        );
+      }),
+    ),
+  );
+}
+
+try {
+  await main();
+} catch (e) {
+  counts.failed++;
+  say(`FAIL runner: ${oneLine(e?.stack ?? e)}`);
+} finally {
+  cleanup();
+}
+summary();
+process.exitCode = counts.failed > 0 ? 1 : 0;

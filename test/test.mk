@@ -1,0 +1,52 @@
+# Test builds (included by the top Makefile). Everything lands in build/test/.
+T := $(B)/test
+FAKE_SRC := $(wildcard test/fake-cuda/*.c)
+FAKE_HDR := $(wildcard test/fake-cuda/*.h)
+TEST_CFLAGS := $(CFLAGS) $(BASE_CFLAGS)
+
+$(T)/fake/libcuda.so.1: $(FAKE_SRC) $(FAKE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKE_SRC) -ldl
+	ln -sf libcuda.so.1 $(T)/fake/libcuda.so
+
+$(T)/fake_selftest: test/fake-cuda/selftest/selftest.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
+
+$(T)/test_alloc: test/c/test_alloc.c pool/alloc.c pool/alloc.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Ipool -o $@ test/c/test_alloc.c pool/alloc.c
+
+$(T)/test_gate: test/c/test_gate.c interpose/gate.c interpose/gate.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_gate.c interpose/gate.c
+
+$(T)/test_config: test/c/test_config.c interpose/config.c interpose/log.c interpose/config.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_config.c interpose/config.c interpose/log.c
+
+$(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ $<
+
+# The CPU test application, linked against the fake (-lcuda) and in the
+# cudart-like variant that takes entry points from cuGetProcAddress.
+$(T)/pool_app_linked: test/apps/pool_app.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -pthread
+$(T)/pool_app_dlopen: test/apps/pool_app.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
+
+TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config \
+	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
+
+test-build: all $(TEST_BINS)
+
+# Unit tests in C, and the check that the gated list matches cuda.h.
+check: test-build
+	node interpose/gen_gated.mjs --check
+	$(T)/test_alloc
+	$(T)/test_gate
+	$(T)/test_config
+	$(T)/fake_selftest
+
+.PHONY: test-build
