@@ -14,7 +14,7 @@ import { listProcesses } from '../controller/ps.js';
 import { restoreInto } from '../controller/rollback.js';
 import { makeRunPlan, planAsShell } from '../controller/run-plan.js';
 import { parseSize } from '../controller/units.js';
-import { printCheckpoint, printInspect, printProcesses, printRollback, toJson } from './output.js';
+import { inspectJson, printCheckpoint, printInspect, printProcesses, printRollback, toJson } from './output.js';
 import { runWithoutExec } from './run-fallback.js';
 
 function examples(lines: string[]): string {
@@ -114,7 +114,7 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt inspect /ckpt/step1000', 'gpuckpt inspect snap --json']))
     .action(async (image: string, opts: { json?: boolean; verify: boolean }) => {
       const report = await inspectImage(image, { verify: opts.verify, progress: !opts.json && process.stderr.isTTY });
-      if (opts.json) console.log(toJson(report));
+      if (opts.json) console.log(inspectJson(report));
       else printInspect(report);
       if (report.problem) throw new GpuckptError('IMAGE_DATA_CORRUPT', report.problem);
     });

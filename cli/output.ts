@@ -51,6 +51,11 @@ export function printRollback(s: RollbackSummary): void {
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s`);
 }
 
+/** inspect --json: the manifest's fields at top level, plus the verdict. */
+export function inspectJson(r: InspectReport): string {
+  return toJson({ image: r.image, verified: r.verified, ...(r.problem ? { problem: r.problem } : {}), ...r.manifest });
+}
+
 export function printInspect(r: InspectReport): void {
   const m = r.manifest;
   const outside = m.outsidePool;

@@ -37,6 +37,8 @@ export class AppDriver {
       this.waiting?.(undefined);
     });
     this.child.stderr!.on('data', (d) => (this.stderr += d.toString()));
+    // A program that died cannot take commands; next() reports that.
+    this.child.stdin!.on('error', () => undefined);
     this.child.on('error', () => {
       this.ended = true;
       this.waiting?.(undefined);
@@ -88,7 +90,7 @@ export class AppDriver {
   }
 
   async quit(): Promise<number | null> {
-    if (this.child.exitCode !== null) return this.child.exitCode;
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return this.child.exitCode;
     const exited = new Promise<number | null>((resolve) => this.child.once('exit', (code) => resolve(code)));
     try {
       this.child.stdin!.write('quit\n');

@@ -10,6 +10,7 @@
 import { hostname } from 'node:os';
 import { CodecPool } from './codec-pool.js';
 import { GpuckptError } from './errors.js';
+import { Limiter } from './limiter.js';
 import { FORMAT_VERSION, ImageWriter, type FrameRecord, type Manifest } from './image/index.js';
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
@@ -145,6 +146,10 @@ async function copyAndCompress(
   const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
   const ring = new StagingRing(staging.size);
+  // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
+  const limiter = new Limiter(2 * codecs.size);
+  let resumed!: () => void;
+  const afterResume = new Promise<void>((r) => (resumed = r));
   const frames: FrameRecord[] = [];
   const compressions: Promise<void>[] = [];
   let firstFailure: unknown;
@@ -162,6 +167,11 @@ async function copyAndCompress(
     allocations = await session.listAllocations();
     pieces = splitIntoPieces(allocations);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
+    // When staging holds everything, compression waits until the
+    // application runs again: the copy engines then have host memory
+    // bandwidth to themselves and the pause is as short as the DMA.
+    const holdCompression = pieces.reduce((s, p) => alignUp(s + p.length), 0) <= staging.size;
+    if (!holdCompression) resumed();
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
@@ -189,6 +199,7 @@ async function copyAndCompress(
     await session.resume();
     paused = false;
     pauseSeconds = (performance.now() - pauseStart) / 1000;
+    resumed();
     await Promise.all(compressions);
     if (firstFailure) throw firstFailure;
   } finally {
@@ -196,17 +207,23 @@ async function copyAndCompress(
       // Let the application go whatever happened; then wait for workers
       // still reading staging before the caller tears it down.
       await session.resume().catch(() => undefined);
+      firstFailure ??= new GpuckptError('INTERNAL', 'checkpoint abandoned');
+      resumed();
       await Promise.allSettled(compressions);
     }
     progress.done();
   }
 
   async function compressAndWrite(piece: Piece, stagingOffset: number): Promise<void> {
-    const data = await codecs.compress(stagingOffset, piece.length, level);
-    const fileOffset = await writer.appendFrame(data);
-    frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
-    written += piece.length;
-    progress.update(`checkpoint: wrote ${formatBytes(written)}`);
+    await afterResume;
+    await limiter.run(async () => {
+      if (firstFailure) return; // a failed checkpoint writes nothing more
+      const data = await codecs.compress(stagingOffset, piece.length, level);
+      const fileOffset = await writer.appendFrame(data);
+      frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
+      written += piece.length;
+      progress.update(`checkpoint: wrote ${formatBytes(written)}`);
+    });
   }
 
   frames.sort((a, b) => (a.offset < b.offset ? -1 : a.offset > b.offset ? 1 : 0));

@@ -10,12 +10,19 @@ import { compressFrame, decompressFrame } from './image/frame-codec.js';
 import { native } from '../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
 
-let staging: Uint8Array | undefined;
+/**
+ * Staging is mapped in windows (V8 caps an ArrayBuffer at 4 GiB): window k
+ * covers [k*WINDOW, k*WINDOW + WINDOW + MAX_TASK), so any task no longer
+ * than MAX_TASK that starts in window k lies wholly inside it.
+ */
+const WINDOW = 1024 * 1024 * 1024;
+const MAX_TASK = 64 * 1024 * 1024;
+let staging: { fd: number; size: number; windows: Map<number, Uint8Array> } | undefined;
 
 function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
   switch (task.op) {
     case 'map':
-      staging = new Uint8Array(native().mapFd(task.fd, task.size));
+      staging = { fd: task.fd, size: task.size, windows: new Map() };
       return { reply: { id: task.id }, transfer: [] };
     case 'compress': {
       const out = compressFrame(stagingView(task.offset, task.length), task.level);
@@ -37,9 +44,17 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
 
 function stagingView(offset: number, length: number): Uint8Array {
   if (!staging) throw new GpuckptError('INTERNAL', 'codec worker has no staging memory');
-  if (offset < 0 || length < 0 || offset + length > staging.length)
-    throw new GpuckptError('INTERNAL', `codec worker: range ${offset}+${length} outside staging of ${staging.length}`);
-  return staging.subarray(offset, offset + length);
+  if (offset < 0 || length < 0 || length > MAX_TASK || offset + length > staging.size)
+    throw new GpuckptError('INTERNAL', `codec worker: range ${offset}+${length} outside staging of ${staging.size}`);
+  const k = Math.floor(offset / WINDOW);
+  let win = staging.windows.get(k);
+  if (!win) {
+    const start = k * WINDOW;
+    win = new Uint8Array(native().mapFd(staging.fd, Math.min(WINDOW + MAX_TASK, staging.size - start), start));
+    staging.windows.set(k, win);
+  }
+  const at = offset - k * WINDOW;
+  return win.subarray(at, at + length);
 }
 
 parentPort!.on('message', (task: CodecTask) => {

@@ -15,6 +15,7 @@ import { Progress } from './progress.js';
 import { ShimSession, type StagingMemory } from './session.js';
 import { alignUp, batches, stagingBytes } from './staging-plan.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
+import { Limiter } from './limiter.js';
 import { formatBytes, hex, round } from './units.js';
 import { native, type AllocEntry, type HelloReply } from '../native/index.js';
 
@@ -112,13 +113,17 @@ function layoutAll(groups: PlacedFrame[][]): PlacedFrame[][] {
 }
 
 async function decompressBatch(reader: ImageReader, codecs: CodecPool, group: PlacedFrame[], progress: Progress): Promise<void> {
-  const jobs: Promise<void>[] = [];
-  for (const { item: f, offset } of group) {
-    const compressed = await reader.readFrame(f.index);
-    jobs.push(codecs.decompressInto(compressed, offset, f.length, `${reader.path}: ${frameLabel(f, f.index)}`));
-    progress.update(`restore: read frame ${f.index + 1} of ${reader.frameCount}`);
-  }
-  await Promise.all(jobs);
+  // Bounds the compressed bytes read ahead of the workers.
+  const limiter = new Limiter(2 * codecs.size);
+  await Promise.all(
+    group.map(({ item: f, offset }) =>
+      limiter.run(async () => {
+        const compressed = await reader.readFrame(f.index);
+        await codecs.decompressInto(compressed, offset, f.length, `${reader.path}: ${frameLabel(f, f.index)}`);
+        progress.update(`restore: decompressed frame ${f.index + 1} of ${reader.frameCount}`);
+      }),
+    ),
+  );
 }
 
 async function verifyAll(reader: ImageReader, codecs: CodecPool, progress: Progress): Promise<void> {

@@ -26,11 +26,10 @@ const LIST_PAGE = 4096;
 /** A plain request that takes longer than this means the shim is stuck. */
 const REQUEST_TIMEOUT_MS = 60_000;
 
+/** The shim's staging memfd, received over the socket; the codec workers map it. */
 export interface StagingMemory {
   fd: number;
   size: number;
-  /** Controller's own view of the shim's staging memfd. */
-  view: Uint8Array;
   registerNs: number;
 }
 
@@ -132,7 +131,7 @@ export class ShimSession {
     }
   }
 
-  /** Asks the shim for size bytes of registered staging memory and maps it here too. */
+  /** Asks the shim for size bytes of registered staging memory. */
   async mapStaging(size: number): Promise<StagingMemory> {
     const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
       MessageType.STAGING_MAP,
@@ -140,8 +139,7 @@ export class ShimSession {
       { size: BigInt(size) },
     );
     if (rep.fd === undefined) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
-    const view = new Uint8Array(native().mapFd(rep.fd, rep.size));
-    return { fd: rep.fd, size: Number(rep.size), view, registerNs: rep.registerNs };
+    return { fd: rep.fd, size: Number(rep.size), registerNs: rep.registerNs };
   }
 
   copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {

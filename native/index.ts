@@ -89,7 +89,8 @@ interface NativeSession {
 
 interface NativeModule {
   Session: new (socketPath: string) => NativeSession;
-  mapFd(fd: number, size: bigint | number): ArrayBuffer;
+  /** Maps [offset, offset+size) of fd; size <= 4 GiB, offset page-aligned. */
+  mapFd(fd: number, size: bigint | number, offset?: bigint | number): ArrayBuffer;
   closeFd(fd: number): void;
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };

@@ -35,16 +35,22 @@ uint64_t ToU64(const Napi::Value& v) {
 
 }  // namespace
 
-// mapFd(fd, size): ArrayBuffer over a MAP_SHARED mapping of fd.
+// V8 (Node 20) cannot hold an external ArrayBuffer above 4 GiB; callers map
+// larger memory in windows.
+constexpr uint64_t kMaxView = 1ULL << 32;
+
+// mapFd(fd, size, offset = 0): ArrayBuffer over a MAP_SHARED mapping of
+// [offset, offset + size) of fd; offset page-aligned, size <= 4 GiB.
 Napi::Value MapFd(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = info[0].As<Napi::Number>().Int32Value();
   uint64_t size = ToU64(info[1]);
-  if (size == 0) {
+  uint64_t offset = info.Length() > 2 ? ToU64(info[2]) : 0;
+  if (size == 0 || size > kMaxView || offset % static_cast<uint64_t>(sysconf(_SC_PAGESIZE))) {
     ErrnoError(env, "mapFd", EINVAL).ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     ErrnoError(env, "mapFd", errno).ThrowAsJavaScriptException();
     return env.Undefined();

@@ -15,6 +15,7 @@
  *   threads N    N threads allocating, launching, copying, freeing
  *   stop         stop them; reports iterations and errors
  *   managed      allocate 1 MiB of managed memory (outside the pool)
+ *   alloc N      allocate N more bytes in the pool and keep them
  * Environment: APP_DEVICES=n buffers on n devices (default 1).
  */
 #define _GNU_SOURCE
@@ -233,7 +234,7 @@ static void *worker(void *arg)
     int id = (int)(intptr_t)arg;
     CHECK(cu.set_current(ctxs[0]), "cuCtxSetCurrent (worker)");
     uint64_t seed = 0x1234567ull * (uint64_t)(id + 1);
-    uint64_t *host = malloc(64 << 10);
+    uint64_t *host = malloc(20 << 12); /* the largest size below */
     while (!atomic_load(&stop_workers)) {
         size_t size = (size_t)(4 + (seed % 16)) << 12;
         CUdeviceptr p;
@@ -321,6 +322,12 @@ int main(void)
             cmd_threads(n);
         } else if (!strncmp(line, "stop", 4)) {
             cmd_stop();
+        } else if (sscanf(line, "alloc %d", &n) == 1) {
+            use_device(0);
+            CUdeviceptr extra;
+            CHECK(cu.alloc(&extra, (size_t)n), "cuMemAlloc (extra)");
+            printf("{\"event\":\"allocated\",\"addr\":\"0x%llx\"}\n", (unsigned long long)extra);
+            fflush(stdout);
         } else if (!strncmp(line, "managed", 7)) {
             use_device(0);
             CUdeviceptr m;
