@@ -93,6 +93,18 @@ static int send_message(int fd, uint16_t type, uint32_t seq, int32_t status, con
     return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
+/* Closes a refused peer without a reset: a socket closed with unread data
+ * makes the peer's next read fail with ECONNRESET before it can read why it
+ * was refused, so drain what it already sent first. */
+static void close_refused(int fd)
+{
+    uint8_t junk[512];
+    shutdown(fd, SHUT_WR);
+    while (recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
+}
+
 /* Only the application's own user may steer it. A refused peer is told why
  * in a hello reply, so its tool can say so in one line. */
 static int accept_client(void)
@@ -105,7 +117,7 @@ static int accept_client(void)
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
         GP_WARN("control", "refused a peer of uid %d", len == sizeof(cred) ? (int)cred.uid : -1);
         send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EACCES, NULL, 0, -1);
-        close(fd);
+        close_refused(fd);
         return -EACCES;
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -115,7 +127,7 @@ static int accept_client(void)
         }
     }
     send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EUSERS, NULL, 0, -1);
-    close(fd);
+    close_refused(fd);
     return -EUSERS;
 }
 

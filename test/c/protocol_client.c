@@ -261,6 +261,9 @@ static int as_uid(int uid)
         printf("refused at connect: %s\n", strerror(-fd));
         return 0;
     }
+    /* Wait for the shim's verdict before speaking, as a polite client would;
+     * the refusal arrives unasked. */
+    usleep(200000);
     int st = hello(fd);
     if (st == -EACCES) {
         printf("refused by the shim: %s\n", strerror(EACCES));

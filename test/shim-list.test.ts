@@ -1,0 +1,40 @@
+/**
+ * The gated list and the shim agree: every listed entry point is exported
+ * under libcuda's own name, nothing else named cu* is, and the list is what
+ * the toolkit's cuda.h gives (gen_gated --check, also run by make check).
+ */
+import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { ROOT } from './helpers/e2e.js';
+
+describe('gated list', () => {
+  const list = readFileSync(join(ROOT, 'interpose', 'gated_functions.gen.h'), 'utf8');
+  const listed = [...list.matchAll(/^GP_(GATED|ROUTED)\((\w+),/gm)].map((m) => m[2]!).sort();
+
+  it('matches the symbols the shim exports', () => {
+    const nm = spawnSync('nm', ['-D', '--defined-only', join(ROOT, 'build', 'libgpuckpt.so')], { encoding: 'utf8' });
+    expect(nm.status).toBe(0);
+    const exported = nm.stdout
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/))
+      .filter((f) => f[1] === 'T')
+      .map((f) => f[2]!)
+      .sort();
+    expect(exported.filter((n) => n.startsWith('cu'))).toEqual(listed);
+    expect(exported.filter((n) => !n.startsWith('cu'))).toEqual(['dlsym']);
+    expect(Number(list.match(/#define GP_GATED_COUNT (\d+)/)![1])).toBe(listed.length);
+  });
+
+  it('routes the allocation entry points through the shim', () => {
+    for (const name of ['cuMemAlloc_v2', 'cuMemFree_v2', 'cuMemAllocPitch_v2', 'cuGetProcAddress_v2', 'cuMemGetInfo_v2'])
+      expect(list).toMatch(new RegExp(`^GP_ROUTED\\(${name},`, 'm'));
+  });
+
+  it('is what cuda.h gives', () => {
+    const r = spawnSync('node', [join(ROOT, 'interpose', 'gen_gated.mjs'), '--check'], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
+});
