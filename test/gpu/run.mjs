@@ -772,6 +772,62 @@ function poolFillSize(gpus) {
   return { gib, note: notes.join('; ') };
 }
 
+/** Medians of repeated gpuckpt checkpoints and restores of one pool_fill
+ * process, and of the driver checkpoint API (the anchor) on the same
+ * process, data verified after each. GPU_TEST_BENCH_RUNS sets the count. */
+async function poolFillBench(gib) {
+  const runs = Number(env.GPU_TEST_BENCH_RUNS ?? 3);
+  if (!(runs > 0)) return;
+  const app = new App('pool_fill/bench', 'pool_fill', [String(gib)]);
+  const R = (await app.ready(240_000)).buffers;
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const ours = { pause: [], total: [], copy: [], restore: [], restorePause: [] };
+  const anchor = { checkpoint: [], restore: [], lock: [], unlock: [] };
+  for (let i = 0; i < runs; i++) {
+    const snap = snapPath('pool_fill-bench');
+    const ck = await checkpoint(app, snap, R, 300_000);
+    const rs = await restore(app, snap, ck, 300_000);
+    expectSame((await app.send('state', 'state')).buffers, R, `state after bench restore ${i + 1}`);
+    fs.rmSync(snap, { recursive: true, force: true });
+    ours.pause.push(ck.pauseSeconds);
+    ours.total.push(ck.seconds);
+    ours.copy.push(ck.copyGBps);
+    ours.restore.push(rs.seconds);
+    ours.restorePause.push(rs.pauseSeconds);
+    const a = await anchorRun(app.pid);
+    expectSame((await app.send('state', 'state')).buffers, R, `state after driver checkpoint/restore ${i + 1}`);
+    anchor.checkpoint.push(a.lock_s + a.checkpoint_s);
+    anchor.restore.push(a.restore_s + a.unlock_s);
+  }
+  await app.quit();
+  measure('pool_fill/bench', {
+    GiB: gib,
+    runs,
+    median_pause_s: median(ours.pause),
+    median_ckpt_s: median(ours.total),
+    median_copy_GBps: median(ours.copy),
+    median_restore_s: median(ours.restore),
+    median_restore_pause_s: median(ours.restorePause),
+    anchor_driver_ckpt_s: median(anchor.checkpoint),
+    anchor_driver_restore_s: median(anchor.restore),
+    all_pause_s: ours.pause.join(','),
+    all_anchor_ckpt_s: anchor.checkpoint.map((x) => x.toFixed(3)).join(','),
+  });
+}
+
+function anchorRun(pid) {
+  const r = spawnSync(path.join(BIN_DIR, 'driver_ckpt'), [String(pid)], { encoding: 'utf8', timeout: 180_000 });
+  const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
+  let j;
+  try {
+    j = JSON.parse(line);
+  } catch {
+    throw failure(`driver_ckpt ${pid}: ${describeExit({ code: r.status, signal: r.signal })}`, tail(r.stderr ?? ''));
+  }
+  if (j.event !== 'anchor') throw failure(`driver_ckpt ${pid}: ${line}`);
+  return j;
+}
+
 // ------------------------------------------------------------------- main --
 
 async function main() {
@@ -885,6 +941,7 @@ async function main() {
           restore_pause_s: rs.pauseSeconds,
           restore_copy_GBps: rs.copyGBps,
         });
+        await poolFillBench(gib);
         return (
           `${gib} GiB${note ? ` (${note})` : ''}: checkpoint pause ${fmt(ck.pauseSeconds)} s, copy ${fmt(ck.copyGBps)} GB/s, ` +
           `${fmt(ck.seconds)} s total, stored ${fmt(ck.storedBytes / GiB)} GiB; restore --into ${fmt(rs.seconds)} s ` +

@@ -103,6 +103,8 @@ build_one shared_cudart "$NVCC" "${NVFLAGS[@]}" -cudart shared -Xlinker -rpath="
 pids[shared_cudart]=$!
 build_one driver_api build_driver_api &
 pids[driver_api]=$!
+build_one driver_ckpt "$NVCC" -O2 -cudart none -Xcompiler -Wall,-std=gnu11 "$APPS/driver_ckpt.c" -o "$B/driver_ckpt" -ldl &
+pids[driver_ckpt]=$!
 for app in threads two_gpu bench_alloc pool_fill; do
     build_one "$app" "$NVCC" "${NVFLAGS[@]}" "$APPS/$app.cu" -o "$B/$app" &
     pids[$app]=$!
