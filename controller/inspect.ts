@@ -1,8 +1,9 @@
 /** What an image holds, and whether every frame's checksum verifies. */
 import { CodecPool } from './codec-pool.js';
 import { isGpuckptError } from './errors.js';
-import { frameLabel, ImageReader, type Manifest } from './image/index.js';
+import { ImageReader, type Manifest } from './image/index.js';
 import { Progress } from './progress.js';
+import { verifyFrames } from './verify-frames.js';
 
 export interface InspectReport {
   image: string;
@@ -20,15 +21,7 @@ export async function inspectImage(path: string, opts: { verify?: boolean; worke
     const codecs = new CodecPool(opts.workers);
     const progress = new Progress(opts.progress);
     try {
-      const frames = reader.manifest.data.frames;
-      const jobs: Promise<void>[] = [];
-      for (let i = 0; i < frames.length; i++) {
-        if (jobs.length >= 4 * codecs.size) await Promise.all(jobs.splice(0));
-        const f = frames[i]!;
-        jobs.push(codecs.verify(await reader.readFrame(i), f.length, `${reader.path}: ${frameLabel(f, i)}`));
-        progress.update(`inspect: verifying frame ${i + 1} of ${frames.length}`);
-      }
-      await Promise.all(jobs);
+      await verifyFrames(reader, codecs, progress, 'inspect');
       report.verified = true;
     } catch (e) {
       if (!isGpuckptError(e, 'IMAGE_DATA_CORRUPT') && !isGpuckptError(e, 'IMAGE_TRUNCATED')) throw e;

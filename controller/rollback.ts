@@ -16,6 +16,7 @@ import { ShimSession, type StagingMemory } from './session.js';
 import { alignUp, batches, stagingBytes } from './staging-plan.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { Limiter } from './limiter.js';
+import { verifyFrames } from './verify-frames.js';
 import { formatBytes, hex, round } from './units.js';
 import { native, type AllocEntry, type HelloReply } from '../native/index.js';
 
@@ -63,7 +64,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
     // do while paused but DMA.
     const placed = fits ? layoutAll(groups) : undefined;
     if (placed) await decompressBatch(reader, codecs, placed.flat(), progress);
-    else await verifyAll(reader, codecs, progress);
+    else await verifyFrames(reader, codecs, progress, 'restore');
 
     const pauseStart = performance.now();
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
@@ -124,19 +125,6 @@ async function decompressBatch(reader: ImageReader, codecs: CodecPool, group: Pl
       }),
     ),
   );
-}
-
-async function verifyAll(reader: ImageReader, codecs: CodecPool, progress: Progress): Promise<void> {
-  const frames = reader.manifest.data.frames;
-  const jobs: Promise<void>[] = [];
-  for (let i = 0; i < frames.length; i++) {
-    // Bound the compressed bytes held in memory at once.
-    if (jobs.length >= 4 * codecs.size) await Promise.all(jobs.splice(0));
-    const f = frames[i]!;
-    jobs.push(codecs.verify(await reader.readFrame(i), f.length, `${reader.path}: ${frameLabel(f, i)}`));
-    progress.update(`restore: verified frame ${i + 1} of ${frames.length}`);
-  }
-  await Promise.all(jobs);
 }
 
 function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {

@@ -11,27 +11,11 @@
 #include <vector>
 
 #include "gpuckpt_protocol.h"
+#include "js_values.h"
 
 namespace gpuckpt {
 
 namespace {
-
-Napi::Error ErrnoError(Napi::Env env, const std::string& what, int err, bool transport) {
-  Napi::Error e = Napi::Error::New(env, what + ": " + strerror(err));
-  e.Set("errno", Napi::Number::New(env, err));
-  e.Set("code", Napi::String::New(env, strerrorname_np(err) ? strerrorname_np(err) : "EUNKNOWN"));
-  e.Set("transport", Napi::Boolean::New(env, transport));
-  return e;
-}
-
-uint64_t U64(const Napi::Value& v) {
-  if (v.IsBigInt()) {
-    bool lossless = false;
-    return v.As<Napi::BigInt>().Uint64Value(&lossless);
-  }
-  if (v.IsNumber()) return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value());
-  return 0;
-}
 
 Napi::BigInt Big(Napi::Env env, uint64_t v) { return Napi::BigInt::New(env, v); }
 Napi::Number Num(Napi::Env env, double v) { return Napi::Number::New(env, v); }
@@ -54,13 +38,13 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
     case GPCK_STAGING_UNMAP:
       return true;
     case GPCK_QUIESCE:
-      Append(out, gpck_quiesce_req{static_cast<uint32_t>(U64(args.Get("leaseMs"))), 0});
+      Append(out, gpck_quiesce_req{static_cast<uint32_t>(ToU64(args.Get("leaseMs"))), 0});
       return true;
     case GPCK_LIST_ALLOCS:
-      Append(out, gpck_list_req{U64(args.Get("start")), static_cast<uint32_t>(U64(args.Get("max"))), 0});
+      Append(out, gpck_list_req{ToU64(args.Get("start")), static_cast<uint32_t>(ToU64(args.Get("max"))), 0});
       return true;
     case GPCK_STAGING_MAP:
-      Append(out, gpck_staging_req{U64(args.Get("size"))});
+      Append(out, gpck_staging_req{ToU64(args.Get("size"))});
       return true;
     case GPCK_COPY_OUT:
     case GPCK_COPY_IN: {
@@ -77,8 +61,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       Append(out, gpck_copy_req{ranges.Length(), 0});
       for (uint32_t i = 0; i < ranges.Length(); i++) {
         Napi::Object r = ranges.Get(i).As<Napi::Object>();
-        Append(out, gpck_copy_range{static_cast<uint32_t>(U64(r.Get("device"))), 0, U64(r.Get("addr")),
-                                    U64(r.Get("length")), U64(r.Get("stagingOffset"))});
+        Append(out, gpck_copy_range{static_cast<uint32_t>(ToU64(r.Get("device"))), 0, ToU64(r.Get("addr")),
+                                    ToU64(r.Get("length")), ToU64(r.Get("stagingOffset"))});
       }
       return true;
     }

@@ -1,5 +1,7 @@
 #include "shared_memory.h"
 
+#include "js_values.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,20 +20,6 @@ struct Mapping {
 
 // Type tag: an ArrayBuffer is only unmapped by the finalizer that made it.
 const napi_type_tag kMappingTag = {0x6770636b70743031ULL, 0x6d617070696e6721ULL};
-
-Napi::Error ErrnoError(Napi::Env env, const char* what, int err) {
-  Napi::Error e = Napi::Error::New(env, std::string(what) + ": " + strerror(err));
-  e.Set("errno", Napi::Number::New(env, err));
-  return e;
-}
-
-uint64_t ToU64(const Napi::Value& v) {
-  if (v.IsBigInt()) {
-    bool lossless = false;
-    return v.As<Napi::BigInt>().Uint64Value(&lossless);
-  }
-  return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value());
-}
 
 }  // namespace
 

@@ -132,12 +132,19 @@ static void test_many_threads_close_open(void)
     pthread_t t[8];
     for (int i = 0; i < 8; i++)
         pthread_create(&t[i], NULL, i % 2 ? hammer : hammer_counting, &stop);
+    /* Let the hammers get going before and between rounds, so the gate is
+     * closed on calls really in flight (on a loaded machine they may not
+     * have been scheduled yet). */
     uint64_t calls_before = gp_gate_calls();
+    while (gp_gate_calls() == calls_before)
+        usleep(100);
+    calls_before = gp_gate_calls();
     for (int round = 0; round < 200; round++) {
         uint64_t drain;
         CHECK(gp_gate_close(5000, &drain) == 0);
         CHECK(atomic_load(&inside) == 0);
         gp_gate_open();
+        usleep(200);
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < 8; i++)
