@@ -15,9 +15,9 @@ import { FORMAT_VERSION, ImageWriter, type FrameRecord, type Manifest } from './
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import { ShimSession, type StagingMemory } from './session.js';
-import { alignUp, MAX_RANGES_PER_COPY, splitIntoPieces, StagingRing, stagingBytes, type Piece } from './staging-plan.js';
+import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, splitIntoPieces, StagingRing, stagingBytes, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
-import { native } from '../native/index.js';
+import { native, PoolState } from '../native/index.js';
 
 export interface CheckpointOptions {
   force?: boolean;
@@ -57,7 +57,7 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
   let codecs: CodecPool | undefined;
   let staging: StagingMemory | undefined;
   try {
-    if (session.hello.poolState === 2)
+    if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     const [status, devices] = await Promise.all([session.status(), session.devices()]);
     const inUse = status.devices.reduce((s, d) => s + d.bytesInUse, 0n);
@@ -65,7 +65,7 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
     writer = await ImageWriter.create(out, { force: opts.force });
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
-    staging = await session.mapStaging(stagingBytes(inUse, Number(inUse / 16777216n) + allocs, opts.stagingLimit));
+    staging = await session.mapStaging(stagingBytes(inUse, Number(inUse / BigInt(FRAME_BYTES)) + allocs, opts.stagingLimit));
     codecs = new CodecPool(opts.workers);
     await codecs.mapStaging(staging.fd, staging.size);
 

@@ -13,8 +13,14 @@
 int gp_staging_create(uint64_t size, int device, struct gp_staging *out, uint64_t *register_ns)
 {
     *out = (struct gp_staging){ .fd = -1 };
-    if (!size || size > (1ull << 44))
+    /* Populated and pinned at once inside the application: a request beyond
+     * three quarters of the host's memory would get the application killed
+     * by the OOM killer, so refuse it. */
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (!size)
         return -EINVAL;
+    if (size > phys / 4 * 3)
+        return -ENOMEM;
     int fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC);
     if (fd < 0)
         return -errno;

@@ -5,10 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, openSync, readdirSync, readSync, closeSync, writeSync, statSync, truncateSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, truncateSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/app-driver.js';
-import { APPS, BIN, json, requireBuilt, ROOT, Sandbox, TEST_BUILD } from './helpers/e2e.js';
+import { APPS, BIN, requireBuilt, ROOT, Sandbox, TEST_BUILD } from './helpers/e2e.js';
 
 const box = new Sandbox();
 beforeAll(requireBuilt);
@@ -169,13 +169,21 @@ describe('failures while writing', () => {
     }
   });
 
-  it('controller killed during a checkpoint: the application continues at once, no image', async () => {
-    // Slow synchronisation in the fake driver keeps the checkpoint inside
-    // its pause long enough to kill the controller there.
-    const { app: a, ready: r } = await box.start(APPS.linked, { env: { FAKE_CUDA_SYNC_DELAY_MS: '400' } });
-    const target = box.path('killed');
-    const ctl = box.cliAsync(['checkpoint', String(a.pid), '--gpu-only', '-o', target]);
-    await waitFor(() => json<any[]>(box.cli(['ps', '--json']).stdout).find((p) => p.pid === a.pid)?.gate === 'closed');
+  /** Starts an application whose driver synchronises slowly, and a
+   * checkpoint of it; resolves once the checkpoint has paused it (the shim's
+   * quiesce has reached cuCtxSynchronize, which the idle application itself
+   * never calls). */
+  async function pausedByCheckpoint(name: string) {
+    const trace = box.path(`${name}.trace`);
+    const started = await box.start(APPS.linked, { env: { FAKE_CUDA_SYNC_DELAY_MS: '2000', FAKE_CUDA_TRACE: trace } });
+    const target = box.path(name);
+    const ctl = box.cliAsync(['checkpoint', String(started.app.pid), '--gpu-only', '-o', target]);
+    await waitFor(() => existsSync(trace) && readFileSync(trace, 'utf8').includes('cuCtxSynchronize'));
+    return { ...started, target, ctl };
+  }
+
+  it('controller killed during a checkpoint: the application continues, no image', async () => {
+    const { app: a, ready: r, target, ctl } = await pausedByCheckpoint('killed');
     ctl.kill('SIGKILL');
     const t0 = Date.now();
     const state = await a.command('state');
@@ -186,13 +194,10 @@ describe('failures while writing', () => {
   });
 
   it('application killed during a checkpoint: the controller says so, no image', async () => {
-    const { app: a } = await box.start(APPS.linked, { env: { FAKE_CUDA_SYNC_DELAY_MS: '400' } });
-    const target = box.path('app-killed');
-    const ctl = box.cliAsync(['checkpoint', String(a.pid), '--gpu-only', '-o', target]);
+    const { app: a, target, ctl } = await pausedByCheckpoint('app-killed');
     let stderr = '';
     ctl.stderr!.on('data', (d) => (stderr += d));
     const exited = new Promise<number | null>((res) => ctl.on('exit', (code) => res(code)));
-    await waitFor(() => json<any[]>(box.cli(['ps', '--json']).stdout).find((p) => p.pid === a.pid)?.gate === 'closed');
     a.child.kill('SIGKILL');
     expect(await exited).toBe(1);
     expect(stderr).toMatch(new RegExp(`^gpuckpt: (process ${a.pid} exited during|lost the connection to process ${a.pid})`));

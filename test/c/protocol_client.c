@@ -231,6 +231,21 @@ static void test_copy_rules(void)
     close(fd);
 }
 
+/* Staging memory the host cannot give is refused, not attempted: pinning it
+ * inside the application would get the application killed. */
+static void test_oversized_staging_refused(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_staging_req sr = { 1ull << 50 };
+    send_msg(fd, GPCK_STAGING_MAP, 2, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == -ENOMEM);
+    sr.size = 0;
+    send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    close(fd);
+}
+
 /* A client that disconnects while holding the gate releases it at once. */
 static void test_disconnect_reopens_gate(void)
 {
@@ -291,6 +306,7 @@ int main(int argc, char **argv)
     RUN(test_reply_type_from_client);
     RUN(test_unknown_type_and_bad_payloads);
     RUN(test_copy_rules);
+    RUN(test_oversized_staging_refused);
     RUN(test_disconnect_reopens_gate);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
