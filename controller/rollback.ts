@@ -8,17 +8,13 @@
  * checksums) before the pause, and the process's live allocations must be
  * exactly the image's, checked again once the process is paused.
  */
-import { CodecPool } from './codec-pool.js';
 import { GpuckptError } from './errors.js';
-import { frameLabel, ImageReader, type FrameRecord, type Manifest } from './image/index.js';
-import { Progress } from './progress.js';
-import { ShimSession, type StagingMemory } from './session.js';
-import { alignUp, batches, stagingBytes } from './staging-plan.js';
+import { ImageReader, type Manifest } from './image/index.js';
+import { ShimSession } from './session.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
-import { Limiter } from './limiter.js';
-import { verifyFrames } from './verify-frames.js';
+import { PoolLoader } from './pool-loader.js';
 import { formatBytes, hex, round } from './units.js';
-import { native, type AllocEntry, type HelloReply } from '../native/index.js';
+import type { AllocEntry, HelloReply } from '../native/index.js';
 
 export interface RollbackOptions {
   stagingLimit?: bigint;
@@ -42,92 +38,44 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
   const t0 = performance.now();
   const reader = await ImageReader.open(imagePath);
   let session: ShimSession | undefined;
-  let codecs: CodecPool | undefined;
-  let staging: StagingMemory | undefined;
+  let loader: PoolLoader | undefined;
   try {
     const m = reader.manifest;
     session = await ShimSession.open(pid);
     checkPoolLayout(m, session.hello, pid);
     checkAllocations(m, await session.listAllocations(), pid);
-
-    const raw = m.data.rawBytes;
-    const frames = m.data.frames.map((f, index) => ({ ...f, index }));
-    staging = await session.mapStaging(stagingBytes(raw, frames.length, opts.stagingLimit));
-    codecs = new CodecPool(opts.workers);
-    await codecs.mapStaging(staging.fd, staging.size);
-    const fits = frames.reduce((s, f) => alignUp(s + f.length), 0) <= staging.size;
-    const groups = batches(frames, fits ? Number.MAX_SAFE_INTEGER : staging.size);
-    const progress = new Progress(opts.progress);
-
-    // Verify everything before the process is touched. When staging holds
-    // all frames, verifying is decompressing into place: nothing is left to
-    // do while paused but DMA.
-    const placed = fits ? layoutAll(groups) : undefined;
-    if (placed) await decompressBatch(reader, codecs, placed.flat(), progress);
-    else await verifyFrames(reader, codecs, progress, 'restore');
+    loader = await PoolLoader.prepare(session, reader, opts);
 
     const pauseStart = performance.now();
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
     let copySeconds = 0;
     try {
+      // The process may have changed its allocations since the first look.
       checkAllocations(m, await session.listAllocations(), pid);
-      for (const group of placed ?? groups) {
-        if (!placed) await decompressBatch(reader, codecs, group, progress);
-        const c0 = performance.now();
-        await session.copyIn(group.map(({ item, offset }) => ({ device: item.device, addr: item.addr, length: item.length, stagingOffset: offset })));
-        copySeconds += (performance.now() - c0) / 1000;
-      }
+      copySeconds = await loader.copyIn(session);
     } finally {
       await session.resume().catch(() => undefined);
-      progress.done();
     }
     const pauseSeconds = (performance.now() - pauseStart) / 1000;
+    const raw = Number(m.data.rawBytes);
     return {
       image: reader.path,
       pid,
-      rawBytes: Number(raw),
+      rawBytes: raw,
       seconds: round((performance.now() - t0) / 1000),
       pauseSeconds: round(pauseSeconds, 4),
       copySeconds: round(copySeconds, 4),
-      copyGBps: round(Number(raw) / 1e9 / Math.max(copySeconds, 1e-9), 2),
-      ringMode: !placed,
+      copyGBps: round(raw / 1e9 / Math.max(copySeconds, 1e-9), 2),
+      ringMode: !loader.fits,
     };
   } finally {
     session?.close();
-    await codecs?.close();
-    if (staging) native().closeFd(staging.fd);
+    await loader?.close();
     await reader.close();
   }
 }
 
-type PlacedFrame = { item: FrameRecord & { index: number }; offset: number };
-
-/** Batches at disjoint offsets, so every frame has its own staging region. */
-function layoutAll(groups: PlacedFrame[][]): PlacedFrame[][] {
-  let base = 0;
-  return groups.map((g) => {
-    const placed = g.map((p) => ({ item: p.item, offset: base + p.offset }));
-    const last = g[g.length - 1]!;
-    base += alignUp(last.offset + last.item.length);
-    return placed;
-  });
-}
-
-async function decompressBatch(reader: ImageReader, codecs: CodecPool, group: PlacedFrame[], progress: Progress): Promise<void> {
-  // Bounds the compressed bytes read ahead of the workers.
-  const limiter = new Limiter(2 * codecs.size);
-  await Promise.all(
-    group.map(({ item: f, offset }) =>
-      limiter.run(async () => {
-        const compressed = await reader.readFrame(f.index);
-        await codecs.decompressInto(compressed, offset, f.length, `${reader.path}: ${frameLabel(f, f.index)}`);
-        progress.update(`restore: decompressed frame ${f.index + 1} of ${reader.frameCount}`);
-      }),
-    ),
-  );
-}
-
-function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {
+export function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {
   const mismatch = (what: string, image: string, proc: string): never => {
     throw new GpuckptError('LAYOUT_MISMATCH', `image pool layout does not match process ${pid}: ${what} is ${image} in the image, ${proc} in the process`);
   };
@@ -137,7 +85,7 @@ function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {
 }
 
 /** The process must hold exactly the image's allocations: same devices, addresses, sizes. */
-function checkAllocations(m: Manifest, live: AllocEntry[], pid: number): void {
+export function checkAllocations(m: Manifest, live: AllocEntry[], pid: number): void {
   const key = (a: { device: number; addr: bigint; size: bigint }) => `${a.device}:${a.addr}:${a.size}`;
   const liveKeys = new Set(live.map(key));
   const imageKeys = new Set(m.allocations.map(key));

@@ -17,6 +17,21 @@
 static struct gp_client *gate_holder;
 static CUstream copy_streams[GPCK_MAX_DEVICES];
 
+/* Suspension outlives the controller that started it: the application stays
+ * held, its pool released, until a controller remaps the pool, copies the
+ * data back and resumes. A controller lost between remap and resume leaves
+ * the pool released again rather than letting the application run on
+ * memory whose contents were never restored. */
+static enum { RUNNING, SUSPENDED, RESTORING } suspension = RUNNING;
+static char held_image[GPCK_PATH_LEN];
+
+static uint32_t pool_state_now(void)
+{
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    return suspension == RUNNING ? (uint32_t)info.pool_state : GPCK_POOL_SUSPENDED;
+}
+
 bool gp_gate_held(void)
 {
     return gate_holder != NULL;
@@ -32,7 +47,7 @@ static int handle_hello(const void *payload, uint32_t len, struct gpck_hello_rep
         .pid = getpid(),
         .uid = geteuid(),
         .device_count = (uint32_t)info.device_count,
-        .pool_state = (uint32_t)info.pool_state,
+        .pool_state = pool_state_now(),
         .driver_version = (uint32_t)info.driver_version,
         .pool_base = cfg->pool_base,
         .slice_size = cfg->slice_size,
@@ -51,8 +66,9 @@ static void handle_status(struct gpck_status_rep *rep)
     gp_shim_info(&info);
     memset(rep, 0, sizeof(*rep));
     rep->gate_state = gp_gate_is_closed() ? GPCK_GATE_CLOSED : GPCK_GATE_OPEN;
-    rep->pool_state = (uint32_t)info.pool_state;
+    rep->pool_state = pool_state_now();
     rep->device_count = (uint32_t)info.device_count;
+    memcpy(rep->held_image, held_image, sizeof(rep->held_image));
     rep->outside_managed = gp_outside_bytes(GP_OUT_MANAGED);
     rep->outside_stream_ordered = gp_outside_bytes(GP_OUT_STREAM_ORDERED);
     rep->outside_host = gp_outside_bytes(GP_OUT_HOST);
@@ -100,6 +116,8 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
         return -EPROTO;
     if (gate_holder)
         return gate_holder == c ? -EALREADY : -EBUSY;
+    if (suspension != RUNNING)
+        return -EBUSY;
     const struct gpck_quiesce_req *req = payload;
     c->lease_ms = req->lease_ms ? req->lease_ms : GPCK_DEFAULT_LEASE_MS;
     memset(rep, 0, sizeof(*rep));
@@ -129,6 +147,51 @@ static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
     rep->closed_ns = gp_gate_open();
     gate_holder = NULL;
     c->holds_gate = false;
+    suspension = RUNNING;
+    held_image[0] = 0;
+    return 0;
+}
+
+static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len, struct gpck_pool_rep *rep)
+{
+    if (len != sizeof(struct gpck_suspend_req))
+        return -EPROTO;
+    const struct gpck_suspend_req *req = payload;
+    if (!memchr(req->image, 0, sizeof(req->image)))
+        return -ENAMETOOLONG;
+    if (gate_holder != c || suspension != RUNNING)
+        return -EPERM;
+    uint64_t t0 = gp_now_ns();
+    /* Pinned staging is CUDA state too: drop it before the driver saves it. */
+    gp_staging_destroy(&c->staging);
+    rep->bytes = gp_pool_release_all();
+    rep->ns = gp_now_ns() - t0;
+    memcpy(held_image, req->image, sizeof(held_image));
+    suspension = SUSPENDED;
+    /* The gate stays closed, held by no one. */
+    gate_holder = NULL;
+    c->holds_gate = false;
+    GP_INFO("control", "suspended: released %llu MiB; data held at %s", (unsigned long long)(rep->bytes >> 20),
+            held_image);
+    return 0;
+}
+
+static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
+{
+    if (suspension != SUSPENDED)
+        return suspension == RESTORING ? -EBUSY : -EINVAL;
+    uint64_t t0 = gp_now_ns();
+    CUresult cu = CUDA_SUCCESS;
+    int err = gp_pool_remap_all(&rep->bytes, &cu);
+    rep->ns = gp_now_ns() - t0;
+    if (err) {
+        GP_WARN("control", "remap failed (CUresult %d): still suspended", (int)cu);
+        return err;
+    }
+    suspension = RESTORING;
+    gate_holder = c;
+    c->holds_gate = true;
+    c->lease_ms = GPCK_DEFAULT_LEASE_MS;
     return 0;
 }
 
@@ -306,6 +369,12 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
     case GPCK_COPY_IN:
         *reply_len = sizeof(struct gpck_copy_rep);
         return handle_copy(c, h->type == GPCK_COPY_OUT, payload, len, reply);
+    case GPCK_SUSPEND_POOL:
+        *reply_len = sizeof(struct gpck_pool_rep);
+        return handle_suspend(c, payload, len, reply);
+    case GPCK_REMAP_POOL:
+        *reply_len = sizeof(struct gpck_pool_rep);
+        return handle_remap(c, reply);
     default:
         return -EOPNOTSUPP;
     }
@@ -315,6 +384,16 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
 {
     if (gate_holder != c)
         return;
+    if (suspension == RESTORING) {
+        /* The data never came back: release the pool again and keep the
+         * application held; the image at held_image still has it all. */
+        gp_pool_release_all();
+        suspension = SUSPENDED;
+        gate_holder = NULL;
+        c->holds_gate = false;
+        GP_WARN("control", "%s during resume: still suspended, data at %s", why, held_image);
+        return;
+    }
     uint64_t ns = gp_gate_open();
     GP_WARN("control", "%s with the application paused; resumed it after %.3f s", why, ns / 1e9);
     gate_holder = NULL;

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 1u
+#define GPCK_PROTOCOL_VERSION 2u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -25,6 +25,7 @@
 #define GPCK_MAX_COPY_RANGES 256u
 #define GPCK_MAX_LIST_ENTRIES 4096u
 #define GPCK_NAME_LEN 256u
+#define GPCK_PATH_LEN 1024u
 
 enum gpck_type {
     GPCK_HELLO = 1,        /* gpck_hello_req -> gpck_hello_rep */
@@ -37,6 +38,8 @@ enum gpck_type {
     GPCK_STAGING_UNMAP = 8,/* (none) -> (none) */
     GPCK_COPY_OUT = 9,     /* gpck_copy_req -> gpck_copy_rep: pool -> staging */
     GPCK_COPY_IN = 10,     /* gpck_copy_req -> gpck_copy_rep: staging -> pool */
+    GPCK_SUSPEND_POOL = 11,/* gpck_suspend_req -> gpck_pool_rep: release the pool's memory */
+    GPCK_REMAP_POOL = 12,  /* (none) -> gpck_pool_rep: map it again, take the gate */
 };
 
 struct gpck_header {
@@ -59,6 +62,7 @@ enum gpck_pool_state {
     GPCK_POOL_NOT_YET = 0,   /* CUDA initialised, no device memory routed yet */
     GPCK_POOL_ACTIVE = 1,    /* the reservation is in place at the fixed base */
     GPCK_POOL_DISABLED = 2,  /* could not reserve at the base: pass-through */
+    GPCK_POOL_SUSPENDED = 3, /* physical memory released, application held */
 };
 
 struct gpck_hello_rep {
@@ -93,6 +97,7 @@ struct gpck_status_rep {
     uint64_t outside_unrouted;       /* device memory the pool could not serve */
     uint64_t gated_calls;            /* driver calls that passed the gate */
     struct gpck_device_usage devices[GPCK_MAX_DEVICES];
+    char held_image[GPCK_PATH_LEN];  /* while suspended: where the pool's data is */
 };
 
 struct gpck_device_info {
@@ -174,6 +179,24 @@ struct gpck_copy_req {
 };
 
 struct gpck_copy_rep {
+    uint64_t bytes;
+    uint64_t ns;
+};
+
+/* Suspend: the sender holds the gate and has saved the pool's data (at
+ * image). The shim releases every chunk's physical memory but keeps the
+ * reservation and every allocation, and keeps the application held: the
+ * gate stays closed across disconnects until a REMAP_POOL and a RESUME. */
+struct gpck_suspend_req {
+    char image[GPCK_PATH_LEN];
+};
+
+/* Remap: physical memory for every chunk holding live allocations, on the
+ * same device ordinals (after a driver restore onto other GPUs, those
+ * ordinals are the new GPUs). The sender then holds the gate, to copy the
+ * data in and RESUME. -ENOMEM: the GPU lacks the memory; the pool stays
+ * released and the application held. */
+struct gpck_pool_rep {
     uint64_t bytes;
     uint64_t ns;
 };

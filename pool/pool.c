@@ -371,6 +371,41 @@ void gp_pool_usage(int device, struct gp_pool_device_usage *out)
     out->allocations = st.count;
 }
 
+uint64_t gp_pool_release_all(void)
+{
+    uint64_t bytes = 0;
+    for (int d = 0; gp_pool_active() && d < pool.cfg.device_count; d++) {
+        struct slice *s = &pool.slices[d];
+        pthread_mutex_lock(&s->lock);
+        bytes += s->bytes_mapped;
+        for (size_t i = 0; i < s->chunk_count; i++)
+            if (s->chunks[i].mapped)
+                unmap_chunk(s, i);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return bytes;
+}
+
+int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
+{
+    int err = 0;
+    *bytes_mapped = 0;
+    for (int d = 0; gp_pool_active() && d < pool.cfg.device_count && !err; d++) {
+        struct slice *s = &pool.slices[d];
+        pthread_mutex_lock(&s->lock);
+        for (size_t i = 0; i < s->chunk_count && !err; i++)
+            if (s->chunks[i].used && !s->chunks[i].mapped)
+                err = map_chunk(s, i, cu_err);
+        *bytes_mapped += s->bytes_mapped;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (err) {
+        gp_pool_release_all();
+        *bytes_mapped = 0;
+    }
+    return err;
+}
+
 uint64_t gp_pool_free_mapped(int device)
 {
     struct gp_pool_device_usage u;

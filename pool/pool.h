@@ -78,6 +78,12 @@ int gp_pool_list(uint64_t start, struct gp_pool_entry *out, uint32_t max, uint32
 /* True when [addr, addr+len) lies inside one live allocation of device. */
 bool gp_pool_range_is_live(int device, uint64_t addr, uint64_t len);
 void gp_pool_usage(int device, struct gp_pool_device_usage *out);
+/* Unmaps and releases every chunk (allocations and the reservation stay):
+ * the GPU memory goes back to the driver. Returns the bytes released. */
+uint64_t gp_pool_release_all(void);
+/* Maps physical memory again under every chunk that holds live
+ * allocations. On failure everything is released again (-ENOMEM). */
+int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err);
 /* Free physical bytes the pool holds mapped on device (allocatable at once). */
 uint64_t gp_pool_free_mapped(int device);
 

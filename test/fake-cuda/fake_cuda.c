@@ -10,6 +10,9 @@
  *   FAKE_CUDA_FAIL=f:n,...     the n-th call (1-based) of exported function f
  *                              returns CUDA_ERROR_UNKNOWN, without side effects
  *   FAKE_CUDA_TRACE=path       append "name\n" to path for every call
+ *   FAKE_CUDA_CKPT_DIR=dir     state files of cuCheckpointProcess* (fake_ckpt.c)
+ *   FAKE_CUDA_CKPT_BLOCK=1     calls wait while this process is LOCKED or
+ *                              CHECKPOINTED (fake_ckpt.c)
  */
 #include "fake_internal.h"
 
@@ -103,6 +106,21 @@ static void load_config(void)
     if (parse_ulong(getenv("FAKE_CUDA_SYNC_DELAY_MS"), &v) == 0)
         g_config.sync_delay_ms = (unsigned)v;
 
+    const char *cb = getenv("FAKE_CUDA_CKPT_BLOCK");
+    g_config.ckpt_block = cb && *cb && strcmp(cb, "0") != 0;
+
+    const char *cd = getenv("FAKE_CUDA_CKPT_DIR");
+    int n;
+    if (cd && *cd)
+        n = snprintf(g_config.ckpt_dir, sizeof(g_config.ckpt_dir), "%s", cd);
+    else
+        n = snprintf(g_config.ckpt_dir, sizeof(g_config.ckpt_dir), "/tmp/fake-cuda-ckpt-%u",
+                     (unsigned)getuid());
+    if (n < 0 || (size_t)n >= sizeof(g_config.ckpt_dir)) {
+        fprintf(stderr, "fake-cuda: FAKE_CUDA_CKPT_DIR is too long; checkpoint calls will fail\n");
+        g_config.ckpt_dir[0] = '\0';
+    }
+
     const char *fail = getenv("FAKE_CUDA_FAIL");
     if (fail && *fail)
         parse_fail_spec(fail);
@@ -147,14 +165,16 @@ static int should_fail(const char *name, unsigned long nth)
     return 0;
 }
 
-CUresult fake_enter(const char *name, unsigned long nth, int need_init)
+CUresult fake_enter(const char *name, unsigned long nth, int flags)
 {
-    fake_config();
+    const struct fake_config *c = fake_config();
     if (g_trace_fd >= 0)
         trace_call(name);
+    if ((flags & FAKE_F_WAIT) && c->ckpt_block)
+        fake_ckpt_wait();
     if (g_nfail && should_fail(name, nth))
         return CUDA_ERROR_UNKNOWN;
-    if (need_init && !atomic_load(&g_initialized))
+    if ((flags & FAKE_F_INIT) && !atomic_load(&g_initialized))
         return CUDA_ERROR_NOT_INITIALIZED;
     return CUDA_SUCCESS;
 }

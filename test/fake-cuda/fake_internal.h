@@ -13,8 +13,10 @@
  *    which would then see (and count, and gate) calls the program never
  *    made. Shared work lives in static or hidden fake_* helpers.
  *  - Every exported function starts with FAKE_ENTER() (or FAKE_ENTER_NOINIT()
- *    for the few that work before cuInit): that counts the call, writes the
- *    trace line and applies fault injection. Every one is followed by
+ *    for the few that work before cuInit, FAKE_ENTER_NOWAIT() for the
+ *    cuCheckpointProcess* calls): that counts the call, writes the trace
+ *    line, waits while the process is checkpoint-locked (opt-in, see
+ *    fake_ckpt.c) and applies fault injection. Every one is followed by
  *    FAKE_LOCAL_ALIAS(name) and has a row in fake_proc.c's table.
  *  - One mutex (fake_lock) guards every table; device byte counters and the
  *    primary context reference counts are atomics.
@@ -66,27 +68,36 @@ struct fake_config {
     uint64_t mem_bytes;     /* FAKE_CUDA_MEM_MB, per device */
     int no_device;          /* FAKE_CUDA_NO_DEVICE=1 */
     unsigned sync_delay_ms; /* FAKE_CUDA_SYNC_DELAY_MS */
+    int ckpt_block;         /* FAKE_CUDA_CKPT_BLOCK=1 */
+    char ckpt_dir[1024];    /* FAKE_CUDA_CKPT_DIR or /tmp/fake-cuda-ckpt-<uid>; "" when too long */
 };
 
 /* Parsed once, on first use; never changes afterwards. */
 const struct fake_config *fake_config(void);
 
-/* Call prologue: trace line, fault injection, init check. nth is the 1-based
- * number of this call of the function called name. Returns CUDA_SUCCESS to
- * go on, anything else to return at once. */
-CUresult fake_enter(const char *name, unsigned long nth, int need_init);
+/* fake_enter flags. */
+#define FAKE_F_INIT 1   /* CUDA_ERROR_NOT_INITIALIZED before cuInit */
+#define FAKE_F_WAIT 2   /* wait while this process is LOCKED/CHECKPOINTED */
 
-#define FAKE_ENTER_(need_init)                                                  \
+/* Call prologue: trace line, checkpoint wait, fault injection, init check.
+ * nth is the 1-based number of this call of the function called name.
+ * Returns CUDA_SUCCESS to go on, anything else to return at once. */
+CUresult fake_enter(const char *name, unsigned long nth, int flags);
+
+#define FAKE_ENTER_(flags)                                                      \
     do {                                                                        \
         static atomic_ulong fake_calls_;                                        \
         unsigned long fake_nth_ =                                               \
             atomic_fetch_add_explicit(&fake_calls_, 1, memory_order_relaxed) + 1; \
-        CUresult fake_r_ = fake_enter(__func__, fake_nth_, (need_init));        \
+        CUresult fake_r_ = fake_enter(__func__, fake_nth_, (flags));            \
         if (fake_r_ != CUDA_SUCCESS)                                            \
             return fake_r_;                                                     \
     } while (0)
-#define FAKE_ENTER() FAKE_ENTER_(1)
+#define FAKE_ENTER() FAKE_ENTER_(FAKE_F_INIT | FAKE_F_WAIT)
 #define FAKE_ENTER_NOINIT() FAKE_ENTER_(0)
+/* The cuCheckpointProcess* calls: need cuInit, never wait (a controller may
+ * be locked itself, and the calls act on another process). */
+#define FAKE_ENTER_NOWAIT() FAKE_ENTER_(FAKE_F_INIT)
 
 /* Sleeps FAKE_CUDA_SYNC_DELAY_MS (stream and context synchronize). */
 void fake_sync_delay(void);
@@ -201,6 +212,12 @@ int fake_vmm_check_locked(uint64_t addr, uint64_t n, int prot);
 /* A stream argument: the default streams need a current context, others
  * must be live streams (CUDA_ERROR_INVALID_HANDLE). */
 CUresult fake_stream_check(CUstream hStream);
+
+/* ---- process checkpoint (fake_ckpt.c) ------------------------------------- */
+
+/* With FAKE_CUDA_CKPT_BLOCK=1: returns once this process's state file says
+ * neither LOCKED nor CHECKPOINTED (at once when there is no file). */
+void fake_ckpt_wait(void);
 
 /* 1 when name is one of the exported cu* functions (to catch typos in
  * FAKE_CUDA_FAIL). */

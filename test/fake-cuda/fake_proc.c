@@ -155,7 +155,15 @@
     X(cuLaunchKernel, 4000, , cuLaunchKernel)                                  \
     X(cuLaunchKernel, 7000, _ptsz, cuLaunchKernel_ptsz)                        \
     X(cuLaunchHostFunc, 10000, , cuLaunchHostFunc)                             \
-    X(cuLaunchHostFunc, 10000, _ptsz, cuLaunchHostFunc_ptsz)
+    X(cuLaunchHostFunc, 10000, _ptsz, cuLaunchHostFunc_ptsz)                   \
+    /* process checkpoint */                                                   \
+    X(cuCheckpointProcessGetRestoreThreadId, 12080, ,                          \
+      cuCheckpointProcessGetRestoreThreadId)                                   \
+    X(cuCheckpointProcessGetState, 12080, , cuCheckpointProcessGetState)       \
+    X(cuCheckpointProcessLock, 12080, , cuCheckpointProcessLock)               \
+    X(cuCheckpointProcessCheckpoint, 12080, , cuCheckpointProcessCheckpoint)   \
+    X(cuCheckpointProcessRestore, 12080, , cuCheckpointProcessRestore)         \
+    X(cuCheckpointProcessUnlock, 12080, , cuCheckpointProcessUnlock)
 
 /* The hidden aliases (see FAKE_LOCAL_ALIAS), defined next to each function. */
 #define FAKE_PROC_DECLARE(name, ver, suffix, sym) \
