@@ -13,8 +13,9 @@ import { parsePid } from '../controller/processes.js';
 import { listProcesses } from '../controller/ps.js';
 import { restoreInto } from '../controller/rollback.js';
 import { makeRunPlan, planAsShell } from '../controller/run-plan.js';
+import { migrateProcess, resumeProcess, suspendProcess } from '../controller/suspend.js';
 import { parseSize } from '../controller/units.js';
-import { inspectJson, printCheckpoint, printInspect, printProcesses, printRollback, toJson } from './output.js';
+import { inspectJson, printCheckpoint, printInspect, printMigrate, printProcesses, printResume, printRollback, printSuspend, toJson } from './output.js';
 import { runWithoutExec } from './run-fallback.js';
 
 function examples(lines: string[]): string {
@@ -103,6 +104,46 @@ function buildProgram(): Command {
       });
       if (opts.json) console.log(toJson(summary));
       else printRollback(summary);
+    });
+
+  program
+    .command('suspend')
+    .description('free the GPU entirely while the process stays alive; its pool is held compressed in host memory')
+    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .option('--to <dir>', 'hold the pool image in this directory instead of /dev/shm')
+    .option('--force', 'replace an existing image at --to')
+    .option('--json', 'print a JSON summary on stdout')
+    .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held']))
+    .action(async (pidText: string, opts: { to?: string; force?: boolean; json?: boolean }) => {
+      const s = await suspendProcess(parsePid(pidText), { to: opts.to, force: opts.force, progress: !opts.json && process.stderr.isTTY });
+      if (opts.json) console.log(toJson(s));
+      else printSuspend(s);
+    });
+
+  program
+    .command('resume')
+    .description('bring a suspended process back onto a GPU, pool at identical addresses')
+    .argument('<pid>', 'process ID of a suspended application')
+    .option('--device <gpu>', 'GPU to resume on: this host\'s ordinal or a GPU UUID (default: where it was)')
+    .option('--json', 'print a JSON summary on stdout')
+    .addHelpText('after', examples(['gpuckpt resume 4242', 'gpuckpt resume 4242 --device 1']))
+    .action(async (pidText: string, opts: { device?: string; json?: boolean }) => {
+      const r = await resumeProcess(parsePid(pidText), { device: opts.device, progress: !opts.json && process.stderr.isTTY });
+      if (opts.json) console.log(toJson(r));
+      else printResume(r);
+    });
+
+  program
+    .command('migrate')
+    .description('move a running process to another GPU of this host, pointers unchanged')
+    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .requiredOption('--to-device <gpu>', "target GPU: this host's ordinal or a GPU UUID")
+    .option('--json', 'print a JSON summary on stdout')
+    .addHelpText('after', examples(['gpuckpt migrate 4242 --to-device 1']))
+    .action(async (pidText: string, opts: { toDevice: string; json?: boolean }) => {
+      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { progress: !opts.json && process.stderr.isTTY });
+      if (opts.json) console.log(toJson(m));
+      else printMigrate(m);
     });
 
   program

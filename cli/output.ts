@@ -3,6 +3,7 @@ import type { CheckpointSummary } from '../controller/checkpoint.js';
 import type { InspectReport } from '../controller/inspect.js';
 import type { ProcessRow } from '../controller/ps.js';
 import type { RollbackSummary } from '../controller/rollback.js';
+import type { MigrateSummary, ResumeSummary, SuspendSummary } from '../controller/suspend.js';
 import { formatBytes, hex } from '../controller/units.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
@@ -69,4 +70,18 @@ export function printInspect(r: InspectReport): void {
   console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames`);
   console.log(`outside pool managed ${formatBytes(outside.managed)}, stream-ordered ${formatBytes(outside.streamOrdered)}, pinned host ${formatBytes(outside.host)}, unrouted ${formatBytes(outside.unrouted)}`);
   console.log(`checksums    ${r.verified ? 'all verified' : r.problem ? `FAILED: ${r.problem}` : 'not checked'}`);
+}
+
+export function printSuspend(s: SuspendSummary): void {
+  console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held at ${s.image} as ${formatBytes(s.storedBytes)}`);
+  console.log(`  pool memory released after ${s.poolReleasedSeconds} s, GPU free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
+}
+
+export function printResume(r: ResumeSummary): void {
+  console.log(`process ${r.pid} resumed${r.device ? ` on ${r.device}` : ''}: ${formatBytes(r.rawBytes)} back in the pool in ${r.seconds} s`);
+  console.log(`  driver restore ${r.driverRestoreSeconds} s, pool remap ${r.remapSeconds} s, DMA ${r.copyGBps} GB/s`);
+}
+
+export function printMigrate(m: MigrateSummary): void {
+  console.log(`process ${m.pid} moved to ${m.device}: ${formatBytes(m.rawBytes)} of pool, application down ${m.downtimeSeconds} s`);
 }

@@ -51,8 +51,27 @@ export interface CheckpointSummary {
 export const DEFAULT_LEASE_MS = 30_000;
 
 export async function checkpointGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}): Promise<CheckpointSummary> {
-  const t0 = performance.now();
   const session = await ShimSession.open(pid);
+  try {
+    return await writePoolImage(session, out, opts, () => session.resume());
+  } finally {
+    session.close();
+  }
+}
+
+/**
+ * Pauses the process behind session, copies its pool into staging, calls
+ * release() once every byte is in host memory (checkpoint: let the
+ * application go; suspend: give the GPU back), and writes the image.
+ */
+export async function writePoolImage(
+  session: ShimSession,
+  out: string,
+  opts: CheckpointOptions,
+  release: () => Promise<unknown>,
+): Promise<CheckpointSummary> {
+  const t0 = performance.now();
+  const pid = session.pid;
   let writer: ImageWriter | undefined;
   let codecs: CodecPool | undefined;
   let staging: StagingMemory | undefined;
@@ -69,7 +88,7 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
     codecs = new CodecPool(opts.workers);
     await codecs.mapStaging(staging.fd, staging.size);
 
-    const run = await copyAndCompress(session, staging, codecs, writer, opts);
+    const run = await copyAndCompress(session, staging, codecs, writer, opts, release);
     const outside = status.outsidePool;
     const manifest: Manifest = {
       format: 'gpuckpt-image',
@@ -119,7 +138,6 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
     await writer?.abort().catch(() => undefined);
     throw e;
   } finally {
-    session.close();
     await codecs?.close();
     if (staging) native().closeFd(staging.fd);
   }
@@ -142,6 +160,7 @@ async function copyAndCompress(
   codecs: CodecPool,
   writer: ImageWriter,
   opts: CheckpointOptions,
+  release: () => Promise<unknown>,
 ): Promise<CopyRun> {
   const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
@@ -195,9 +214,17 @@ async function copyAndCompress(
       }
       progress.update(`checkpoint: copied ${formatBytes(copied)} of ${formatBytes(totalBytes)}`);
     }
-    // Everything is in staging: the application may run again.
-    await session.resume();
+    // Everything is in staging: the application may run again (or, for a
+    // suspend, the GPU memory can go).
     paused = false;
+    try {
+      await release();
+    } catch (e) {
+      firstFailure ??= e;
+      resumed();
+      await Promise.allSettled(compressions);
+      throw e;
+    }
     pauseSeconds = (performance.now() - pauseStart) / 1000;
     resumed();
     await Promise.all(compressions);

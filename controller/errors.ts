@@ -23,6 +23,13 @@ export type ErrorCode =
   | 'IMAGE_WRITE_FAILED'
   | 'IMAGE_READ_FAILED'
   | 'LAYOUT_MISMATCH'
+  // suspend, resume, migrate
+  | 'NO_DRIVER_CHECKPOINT'
+  | 'DRIVER_CHECKPOINT'
+  | 'NOT_SUSPENDED'
+  | 'ALREADY_SUSPENDED'
+  | 'TARGET_NO_MEMORY'
+  | 'NO_SUCH_GPU'
   // environment and usage
   | 'NO_GPU'
   | 'NO_NVCC'

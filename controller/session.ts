@@ -150,6 +150,16 @@ export class ShimSession {
     return this.request(MessageType.COPY_IN, 'copy in', { ranges });
   }
 
+  /** Releases the pool's GPU memory; the application stays held (see the protocol header). */
+  suspendPool(image: string): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image });
+  }
+
+  /** Maps the pool again after a suspend; this session then holds the application. */
+  remapPool(): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.REMAP_POOL, 'map the pool again');
+  }
+
   /** Closing the socket also makes the shim reopen the gate and drop staging. */
   close(): void {
     if (this.closed) return;

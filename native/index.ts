@@ -20,10 +20,15 @@ export const MessageType = {
   STAGING_UNMAP: 8,
   COPY_OUT: 9,
   COPY_IN: 10,
+  SUSPEND_POOL: 11,
+  REMAP_POOL: 12,
 } as const;
 
 /** enum gpck_pool_state */
-export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2 } as const;
+export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2, SUSPENDED: 3 } as const;
+
+/** CUprocessState of the driver checkpoint API. */
+export const DriverProcessState = { RUNNING: 0, LOCKED: 1, CHECKPOINTED: 2, FAILED: 3 } as const;
 
 export interface HelloReply {
   version: number;
@@ -51,6 +56,8 @@ export interface StatusReply {
   outsidePool: OutsidePool;
   gatedCalls: bigint;
   devices: { bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
+  /** While suspended: the image holding the pool's data. */
+  heldImage: string;
 }
 
 export interface DeviceInfo {
@@ -94,6 +101,13 @@ interface NativeModule {
   closeFd(fd: number): void;
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };
+  /** cuCheckpointProcess* on another process; result is the CUresult, -1 without the API. */
+  driverCheckpoint(
+    op: 'state' | 'lock' | 'checkpoint' | 'restore' | 'unlock',
+    pid: number,
+    pairs?: { from: string; to: string }[],
+  ): Promise<{ result: number; state?: number }>;
+  listGpus(): { ordinal: number; name: string; uuid: string }[];
   protocolVersion: number;
 }
 

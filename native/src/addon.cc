@@ -3,6 +3,7 @@
 // in, plain JS objects out; all policy lives in TypeScript.
 #include <napi.h>
 
+#include "driver_checkpoint.h"
 #include "driver_probe.h"
 #include "gpuckpt_protocol.h"
 #include "session.h"
@@ -16,6 +17,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("createMemfd", Napi::Function::New(env, CreateMemfd, "createMemfd"));
   exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));
+  exports.Set("driverCheckpoint", Napi::Function::New(env, DriverCheckpoint, "driverCheckpoint"));
+  exports.Set("listGpus", Napi::Function::New(env, ListGpus, "listGpus"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   return exports;
 }

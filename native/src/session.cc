@@ -46,6 +46,19 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
     case GPCK_STAGING_MAP:
       Append(out, gpck_staging_req{ToU64(args.Get("size"))});
       return true;
+    case GPCK_REMAP_POOL:
+      return true;
+    case GPCK_SUSPEND_POOL: {
+      gpck_suspend_req req{};
+      std::string image = args.Get("image").ToString().Utf8Value();
+      if (image.size() >= sizeof(req.image)) {
+        err = "image path too long";
+        return false;
+      }
+      memcpy(req.image, image.c_str(), image.size() + 1);
+      Append(out, req);
+      return true;
+    }
     case GPCK_COPY_OUT:
     case GPCK_COPY_IN: {
       Napi::Value rv = args.Get("ranges");
@@ -129,6 +142,7 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
           devs.Set(i, d);
         }
         o.Set("devices", devs);
+        o.Set("heldImage", Napi::String::New(env, std::string(r->held_image, strnlen(r->held_image, sizeof(r->held_image)))));
       }
       break;
     case GPCK_DEVICES:
@@ -168,6 +182,13 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       if (auto* r = As<gpck_staging_rep>(b)) {
         o.Set("size", Big(env, r->size));
         o.Set("registerNs", Num(env, static_cast<double>(r->register_ns)));
+      }
+      break;
+    case GPCK_SUSPEND_POOL:
+    case GPCK_REMAP_POOL:
+      if (auto* r = As<gpck_pool_rep>(b)) {
+        o.Set("bytes", Num(env, static_cast<double>(r->bytes)));
+        o.Set("ns", Num(env, static_cast<double>(r->ns)));
       }
       break;
     case GPCK_COPY_OUT:

@@ -641,6 +641,59 @@ async function noShim() {
   return { detail: `${R.length} buffers at ${R[0].addr}..., state stable, mutate changes every buffer`, value: { ready: R, mutated: M } };
 }
 
+/** GPU memory nvidia-smi shows for pid, per GPU UUID (MiB). */
+function gpuMemoryOf(pid) {
+  const r = spawnSync('nvidia-smi', ['--query-compute-apps=pid,gpu_uuid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
+  const out = {};
+  for (const line of (r.stdout ?? '').split('\n')) {
+    const [p, uuid, mem] = line.split(',').map((x) => x.trim());
+    if (Number(p) === pid) out[uuid] = Number(mem);
+  }
+  return out;
+}
+
+function gpuUuids() {
+  const r = spawnSync('nvidia-smi', ['--query-gpu=uuid', '--format=csv,noheader'], { encoding: 'utf8' });
+  return (r.stdout ?? '').split('\n').map((x) => x.trim()).filter(Boolean);
+}
+
+/**
+ * suspend / resume / migrate on one process: after suspend nvidia-smi shows
+ * no memory for it; after resume (and each migrate) its data is intact at
+ * the same addresses, and it runs on the GPU it was sent to.
+ */
+async function suspendScenario(name, prog, args, gpus) {
+  const app = new App(name, prog, args);
+  const R = (await app.ready(240_000)).buffers;
+  const before = gpuMemoryOf(app.pid);
+  if (Object.keys(before).length === 0) throw failure('nvidia-smi shows no GPU memory for the running program');
+  const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
+  const during = gpuMemoryOf(app.pid);
+  if (Object.keys(during).length !== 0) throw failure(`suspended, yet nvidia-smi shows ${JSON.stringify(during)} MiB for it`);
+  const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
+  expectSame((await app.send('state', 'state')).buffers, R, 'state after suspend + resume');
+  const m = { suspend_s: sus.seconds, gpu_free_s: sus.gpuFreeSeconds, pool_released_s: sus.poolReleasedSeconds, resume_s: res.seconds, resume_driver_s: res.driverRestoreSeconds, resume_copy_GBps: res.copyGBps };
+  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}), resume restored the data bit for bit`;
+  const uuids = gpuUuids();
+  if (uuids.length >= 2) {
+    const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
+    expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate to GPU 1');
+    const on1 = gpuMemoryOf(app.pid);
+    if (!on1[uuids[1]] || on1[uuids[0]]) throw failure(`after migrate to GPU 1 nvidia-smi shows ${JSON.stringify(on1)}`);
+    const back = await cliJson(['migrate', String(app.pid), '--to-device', '0', '--json'], 300_000);
+    expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate back to GPU 0');
+    m.migrate_downtime_s = mig.downtimeSeconds;
+    m.migrate_back_downtime_s = back.downtimeSeconds;
+    detail += `; migrate to GPU 1 and back kept the data (downtime ${fmt(mig.downtimeSeconds)} s / ${fmt(back.downtimeSeconds)} s)`;
+  }
+  // The program still computes after all of it.
+  const M = (await app.send('mutate', 'mutated')).buffers;
+  expectAllDiffer(M, R, 'mutate after resume');
+  await app.quit();
+  measure(name, m);
+  return detail;
+}
+
 /**
  * threads: 3 live checkpoints while 8 threads x 4 streams churn (each
  * followed by state == ready, errors 0, workers still progressing), then
@@ -913,6 +966,8 @@ async function main() {
     return needCli(() => secondRun('two_gpu', 'two_gpu'))();
   });
 
+  await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
+
   await test('bench_alloc', needCli(bench));
 
   await test(
@@ -942,6 +997,7 @@ async function main() {
           restore_copy_GBps: rs.copyGBps,
         });
         await poolFillBench(gib);
+        if (selected('pool_fill/suspend')) await suspendScenario('pool_fill/suspend', 'pool_fill', [String(gib)], gpus);
         return (
           `${gib} GiB${note ? ` (${note})` : ''}: checkpoint pause ${fmt(ck.pauseSeconds)} s, copy ${fmt(ck.copyGBps)} GB/s, ` +
           `${fmt(ck.seconds)} s total, stored ${fmt(ck.storedBytes / GiB)} GiB; restore --into ${fmt(rs.seconds)} s ` +

@@ -4,7 +4,9 @@
  * classic allocations and pointer queries, host registration, VMM at a
  * fixed hint, cuGetProcAddress versioning and per-thread variants, kernels
  * as host functions, streams/events with FAKE_CUDA_SYNC_DELAY_MS,
- * FAKE_CUDA_FAIL, FAKE_CUDA_TRACE and thread safety.
+ * FAKE_CUDA_FAIL, FAKE_CUDA_TRACE, thread safety, and the process
+ * checkpoint API (state files, transitions, gpuPairs, FAKE_CUDA_CKPT_BLOCK)
+ * on forked children.
  *
  * It sets its own FAKE_CUDA_* environment before the first driver call.
  * Prints "ok N - ..." / "not ok N - ..." lines and "P passed, F failed";
@@ -14,14 +16,19 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +55,18 @@ static int g_passed, g_failed;
 static char g_trace_path[] = "/tmp/fake-cuda-selftest-trace-XXXXXX";
 static CUcontext g_prim0, g_prim1;
 static int g_pipe[2];
+/* FAKE_CUDA_CKPT_DIR is <g_ckpt_root>/state, which the fake creates. */
+static char g_ckpt_root[] = "/tmp/fake-cuda-selftest-ckpt-XXXXXX";
+static char g_ckpt_dir[sizeof(g_ckpt_root) + 8];
+
+/* Shared with the FAKE_CUDA_CKPT_BLOCK child (MAP_SHARED, made before fork). */
+struct block_shared {
+    atomic_int go, stop, bad;
+    atomic_ulong calls;
+};
+static struct block_shared *g_blk;
+static pid_t g_blk_pid = -1;
+static int g_default_dir_status = -1;
 
 /* ---- reporting ------------------------------------------------------------------ */
 
@@ -175,6 +194,52 @@ static void host_fn(void *arg)
     (*(int *)arg)++;
 }
 
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The whole content of a small file into buf; NULL when it cannot be read. */
+static const char *slurp(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t len = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* A forked child dies with the self-test (never left LOCKED behind it). */
+static void die_with_parent(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(3);
+}
+
+/* Waits up to ms for pid to exit, then kills it. The wait status. */
+static int reap(pid_t pid, unsigned ms)
+{
+    int status = -1;
+    for (unsigned waited = 0;; waited++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0)
+            return -1;
+        if (waited >= ms) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        sleep_ms(1);
+    }
+}
+
 /* ---- sections ------------------------------------------------------------------- */
 
 static void test_preinit(void)
@@ -187,6 +252,8 @@ static void test_preinit(void)
     EXPECT(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
     EXPECT(cuCtxGetCurrent(&c), CUDA_ERROR_NOT_INITIALIZED);
     EXPECT(cuMemAlloc_v2(&d, 16), CUDA_ERROR_NOT_INITIALIZED);
+    CUprocessState st;
+    EXPECT(cuCheckpointProcessGetState(getpid(), &st), CUDA_ERROR_NOT_INITIALIZED);
     OK(cuDriverGetVersion(&n));
     CHECK(n == 13000, "cuDriverGetVersion gives 13000 (%d)", n);
     OK(cuGetErrorName(CUDA_ERROR_NOT_INITIALIZED, &s));
@@ -922,12 +989,341 @@ static void test_errors(void)
     CHECK(s == NULL, "unknown code: NULL");
 }
 
+/* ---- process checkpoint ------------------------------------------------------- */
+
+/* Forked before the parent's first driver call, so that each reads its own
+ * environment: a child that checks the default state directory (and exits),
+ * and the FAKE_CUDA_CKPT_BLOCK=1 target of test_ckpt_block, which waits for
+ * g_blk->go. */
+static void ckpt_start_children(void)
+{
+    pid_t parent = getpid();
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The default directory, created 0700, with the controller's view
+         * of its parent. */
+        die_with_parent(parent);
+        unsetenv("FAKE_CUDA_CKPT_DIR");
+        unsetenv("FAKE_CUDA_TRACE");
+        unsetenv("FAKE_CUDA_FAIL");
+        char dir[64], path[96], buf[64];
+        snprintf(dir, sizeof(dir), "/tmp/fake-cuda-ckpt-%u", (unsigned)getuid());
+        snprintf(path, sizeof(path), "%s/%d", dir, (int)parent);
+        struct stat sb;
+        int existed = stat(dir, &sb) == 0;
+        if (cuInit(0) != CUDA_SUCCESS)
+            _exit(10);
+        if (cuCheckpointProcessLock(parent, NULL) != CUDA_SUCCESS)
+            _exit(11);
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || (!existed && (sb.st_mode & 0777) != 0700))
+            _exit(12);
+        const char *c = slurp(path, buf, sizeof(buf));
+        if (!c || strcmp(c, "locked\n") != 0)
+            _exit(13);
+        if (cuCheckpointProcessUnlock(parent, NULL) != CUDA_SUCCESS || access(path, F_OK) == 0)
+            _exit(14);
+        if (!existed) {
+            char lock[96];
+            snprintf(lock, sizeof(lock), "%s/.lock", dir);
+            unlink(lock);
+            rmdir(dir);
+        }
+        _exit(0);
+    }
+    g_default_dir_status = reap(pid, 2000);
+
+    g_blk = mmap(NULL, sizeof(*g_blk), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (g_blk == MAP_FAILED) {
+        g_blk = NULL;
+        return;
+    }
+    g_blk_pid = fork();
+    if (g_blk_pid == 0) {
+        die_with_parent(parent);
+        setenv("FAKE_CUDA_CKPT_BLOCK", "1", 1);
+        unsetenv("FAKE_CUDA_TRACE");
+        unsetenv("FAKE_CUDA_FAIL");
+        while (!atomic_load(&g_blk->go))
+            sleep_ms(1);
+        if (cuInit(0) != CUDA_SUCCESS)
+            atomic_fetch_add(&g_blk->bad, 1);
+        while (!atomic_load(&g_blk->stop)) {
+            int n = 0;
+            if (cuDeviceGetCount(&n) != CUDA_SUCCESS || n != 2)
+                atomic_fetch_add(&g_blk->bad, 1);
+            atomic_fetch_add(&g_blk->calls, 1);
+        }
+        _exit(atomic_load(&g_blk->bad) ? 1 : 0);
+    }
+}
+
+static int ckpt_state(pid_t pid)
+{
+    CUprocessState st = (CUprocessState)99;
+    CUresult r = cuCheckpointProcessGetState(pid, &st);
+    return r == CUDA_SUCCESS ? (int)st : -(int)r;
+}
+
+#define UUID0 "46414b45000000000000000000000000"
+#define UUID1 "46414b45010000000000000000000000"
+
+static void test_ckpt(void)
+{
+    char path[sizeof(g_ckpt_dir) + 16], buf[512];
+    const char *c;
+    struct stat sb;
+    pid_t parent = getpid();
+    fflush(stdout);
+    pid_t t = fork();
+    if (t == 0) {
+        die_with_parent(parent);
+        for (;;)
+            pause();
+    }
+    snprintf(path, sizeof(path), "%s/%d", g_ckpt_dir, (int)t);
+
+    CHECK(WIFEXITED(g_default_dir_status) && WEXITSTATUS(g_default_dir_status) == 0,
+          "default FAKE_CUDA_CKPT_DIR: /tmp/fake-cuda-ckpt-<uid>, 0700, \"locked\\n\", removed on unlock "
+          "(child status %d)", g_default_dir_status);
+
+    /* cuGetProcAddress knows them, from 12080. */
+    void *p = NULL;
+    CUdriverProcAddressQueryResult qs;
+    OK(cuGetProcAddress_v2("cuCheckpointProcessRestore", &p, 13000, 0, &qs));
+    CHECK(p == (void *)cuCheckpointProcessRestore, "cuGetProcAddress resolves cuCheckpointProcessRestore");
+    OK(cuGetProcAddress_v2("cuCheckpointProcessGetRestoreThreadId", &p, 12080, 0, &qs));
+    CHECK(p == (void *)cuCheckpointProcessGetRestoreThreadId, "and cuCheckpointProcessGetRestoreThreadId");
+    EXPECT(cuGetProcAddress_v2("cuCheckpointProcessLock", &p, 12070, 0, &qs), CUDA_ERROR_NOT_FOUND);
+    CHECK(qs == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "cuCheckpointProcessLock needs 12080");
+
+    /* RUNNING: no file, and only lock is legal. */
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_RUNNING && access(path, F_OK) != 0, "a new process is RUNNING, no state file");
+    memset(&sb, 0, sizeof(sb));
+    int st_ok = stat(g_ckpt_dir, &sb) == 0;
+    CHECK(st_ok && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700,
+          "FAKE_CUDA_CKPT_DIR created, mode 0700 (%o)", (unsigned)(sb.st_mode & 0777));
+    EXPECT(cuCheckpointProcessGetState(t, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessCheckpoint(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT(cuCheckpointProcessRestore(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT(cuCheckpointProcessUnlock(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+
+    /* FAKE_CUDA_FAIL=cuCheckpointProcessLock:1 */
+    EXPECT(cuCheckpointProcessLock(t, NULL), CUDA_ERROR_UNKNOWN);
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_RUNNING && access(path, F_OK) != 0,
+          "the injected lock failure had no side effect");
+
+    CUcheckpointLockArgs la;
+    memset(&la, 0, sizeof(la));
+    la.reserved0 = 1;
+    EXPECT(cuCheckpointProcessLock(t, &la), CUDA_ERROR_INVALID_VALUE);
+    la.reserved0 = 0;
+    la.reserved1[6] = 1;
+    EXPECT(cuCheckpointProcessLock(t, &la), CUDA_ERROR_INVALID_VALUE);
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_RUNNING, "nonzero reserved lock args: still RUNNING");
+    memset(&la, 0, sizeof(la));
+    la.timeoutMs = 5000;
+    OK(cuCheckpointProcessLock(t, &la));
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_LOCKED, "lock: LOCKED");
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(c && strcmp(c, "locked\n") == 0, "state file reads \"locked\\n\"");
+
+    /* LOCKED: only checkpoint and unlock. */
+    EXPECT(cuCheckpointProcessLock(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT(cuCheckpointProcessRestore(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    CUcheckpointCheckpointArgs ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.reserved[7] = 1;
+    EXPECT(cuCheckpointProcessCheckpoint(t, &ca), CUDA_ERROR_INVALID_VALUE);
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_LOCKED, "nonzero reserved checkpoint args: still LOCKED");
+    memset(&ca, 0, sizeof(ca));
+    OK(cuCheckpointProcessCheckpoint(t, &ca));
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_CHECKPOINTED, "checkpoint: CHECKPOINTED");
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(c && strcmp(c, "checkpointed\n") == 0, "state file reads \"checkpointed\\n\"");
+
+    /* CHECKPOINTED: only restore. */
+    EXPECT(cuCheckpointProcessLock(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT(cuCheckpointProcessCheckpoint(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+    EXPECT(cuCheckpointProcessUnlock(t, NULL), CUDA_ERROR_ILLEGAL_STATE);
+
+    /* gpuPairs must be a permutation of both devices. */
+    CUuuid u0, u1, bogus;
+    OK(cuDeviceGetUuid_v2(&u0, 0));
+    OK(cuDeviceGetUuid_v2(&u1, 1));
+    bogus = u1;
+    bogus.bytes[4] = 2; /* device 2 does not exist */
+    CUcheckpointGpuPair one[1] = { { u0, u1 } };
+    CUcheckpointGpuPair dup_old[2] = { { u0, u1 }, { u0, u0 } };
+    CUcheckpointGpuPair dup_new[2] = { { u0, u1 }, { u1, u1 } };
+    CUcheckpointGpuPair unknown[2] = { { u0, u1 }, { bogus, u0 } };
+    CUcheckpointGpuPair three[3] = { { u0, u1 }, { u1, u0 }, { u1, u0 } };
+    CUcheckpointGpuPair swap[2] = { { u0, u1 }, { u1, u0 } };
+    struct {
+        CUcheckpointGpuPair *pairs;
+        unsigned n;
+        const char *what;
+    } bad[] = {
+        { one, 1, "one pair of two devices" },
+        { dup_old, 2, "a device twice as old" },
+        { dup_new, 2, "a device twice as new" },
+        { unknown, 2, "an unknown UUID" },
+        { three, 3, "three pairs for two devices" },
+        { NULL, 2, "gpuPairs NULL with a count" },
+    };
+    CUcheckpointRestoreArgs ra;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&ra, 0, sizeof(ra));
+        ra.gpuPairs = bad[i].pairs;
+        ra.gpuPairsCount = bad[i].n;
+        CUresult r = cuCheckpointProcessRestore(t, &ra);
+        CHECK(r == CUDA_ERROR_INVALID_VALUE && ckpt_state(t) == CU_PROCESS_STATE_CHECKPOINTED,
+              "restore with %s: CUDA_ERROR_INVALID_VALUE (%s), stays CHECKPOINTED", bad[i].what, rc_name(r));
+    }
+    memset(&ra, 0, sizeof(ra));
+    ra.gpuPairs = swap;
+    ra.gpuPairsCount = 2;
+    ra.reserved[0] = 1;
+    EXPECT(cuCheckpointProcessRestore(t, &ra), CUDA_ERROR_INVALID_VALUE);
+    ra.reserved[0] = 0;
+    ra.reserved1 = 1;
+    EXPECT(cuCheckpointProcessRestore(t, &ra), CUDA_ERROR_INVALID_VALUE);
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_CHECKPOINTED && c && strcmp(c, "checkpointed\n") == 0,
+          "refused restores left the state file alone");
+    ra.reserved1 = 0;
+    OK(cuCheckpointProcessRestore(t, &ra));
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_LOCKED, "restore with the swap permutation: LOCKED");
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(c && strcmp(c, "locked\npairs " UUID0 ":" UUID1 " " UUID1 ":" UUID0 "\n") == 0,
+          "state file records the pairs as \"locked\\npairs OLD:NEW OLD:NEW\\n\"");
+
+    /* LOCKED after restore: unlock. */
+    CUcheckpointUnlockArgs ua;
+    memset(&ua, 0, sizeof(ua));
+    ua.reserved[3] = 1;
+    EXPECT(cuCheckpointProcessUnlock(t, &ua), CUDA_ERROR_INVALID_VALUE);
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_LOCKED, "nonzero reserved unlock args: still LOCKED");
+    memset(&ua, 0, sizeof(ua));
+    OK(cuCheckpointProcessUnlock(t, &ua));
+    CHECK(ckpt_state(t) == CU_PROCESS_STATE_RUNNING && access(path, F_OK) != 0, "unlock: RUNNING, file gone");
+
+    /* In place (no pairs), then the identity permutation in another order. */
+    OK(cuCheckpointProcessLock(t, NULL));
+    OK(cuCheckpointProcessCheckpoint(t, NULL));
+    memset(&ra, 0, sizeof(ra));
+    OK(cuCheckpointProcessRestore(t, &ra));
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(c && strcmp(c, "locked\npairs\n") == 0, "restore in place records \"pairs\" alone");
+    OK(cuCheckpointProcessCheckpoint(t, NULL));
+    CUcheckpointGpuPair ident[2] = { { u1, u1 }, { u0, u0 } };
+    ra.gpuPairs = ident;
+    ra.gpuPairsCount = 2;
+    OK(cuCheckpointProcessRestore(t, &ra));
+    c = slurp(path, buf, sizeof(buf));
+    CHECK(c && strcmp(c, "locked\npairs " UUID1 ":" UUID1 " " UUID0 ":" UUID0 "\n") == 0,
+          "checkpoint again, restore with the identity: pairs in the order given");
+    OK(cuCheckpointProcessUnlock(t, NULL));
+
+    int tid = -1;
+    EXPECT(cuCheckpointProcessGetRestoreThreadId(t, &tid), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuCheckpointProcessGetRestoreThreadId(t, NULL), CUDA_ERROR_INVALID_VALUE);
+
+    /* Blocking is opt-in: this process has no FAKE_CUDA_CKPT_BLOCK. */
+    int n = 0;
+    OK(cuCheckpointProcessLock(getpid(), NULL));
+    OK(cuDeviceGetCount(&n));
+    OK(cuCheckpointProcessUnlock(getpid(), NULL));
+
+    /* A dead (reaped) pid, with a stale state file left behind. */
+    kill(t, SIGKILL);
+    waitpid(t, NULL, 0);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("locked\n", f);
+        fclose(f);
+    }
+    CUprocessState st;
+    EXPECT(cuCheckpointProcessGetState(t, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK(access(path, F_OK) != 0, "the stale state file of a dead pid is removed");
+    EXPECT(cuCheckpointProcessLock(t, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessCheckpoint(t, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessRestore(t, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessUnlock(t, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessGetRestoreThreadId(t, &tid), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessLock(0, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuCheckpointProcessLock(-1, NULL), CUDA_ERROR_INVALID_VALUE);
+}
+
+/* Waits up to ms for the blocking child's call count to pass min. */
+static unsigned long wait_calls(unsigned long min, unsigned ms)
+{
+    for (unsigned i = 0; i < ms && atomic_load(&g_blk->calls) <= min; i++)
+        sleep_ms(1);
+    return atomic_load(&g_blk->calls);
+}
+
+/* FAKE_CUDA_CKPT_BLOCK=1: the target's calls wait while it is LOCKED or
+ * CHECKPOINTED, and go on after unlock. */
+static void test_ckpt_block(void)
+{
+    if (!g_blk || g_blk_pid <= 0) {
+        CHECK(0, "FAKE_CUDA_CKPT_BLOCK child started");
+        return;
+    }
+    pid_t t = g_blk_pid;
+    atomic_store(&g_blk->go, 1);
+    unsigned long c0 = wait_calls(100, 2000);
+    CHECK(c0 > 100, "the target is calling cuDeviceGetCount (%lu calls)", c0);
+    OK(cuCheckpointProcessLock(t, NULL));
+    sleep_ms(10); /* a call already past the check may still finish */
+    unsigned long c1 = atomic_load(&g_blk->calls);
+    sleep_ms(60);
+    unsigned long c2 = atomic_load(&g_blk->calls);
+    CHECK(c2 == c1, "while LOCKED the target's call count stays put (%lu -> %lu)", c1, c2);
+    OK(cuCheckpointProcessCheckpoint(t, NULL));
+    sleep_ms(30);
+    unsigned long c3 = atomic_load(&g_blk->calls);
+    CHECK(c3 == c1, "and while CHECKPOINTED (%lu)", c3);
+    OK(cuCheckpointProcessRestore(t, NULL));
+    sleep_ms(30);
+    unsigned long c4 = atomic_load(&g_blk->calls);
+    CHECK(c4 == c1, "and while LOCKED again after restore (%lu)", c4);
+    double t0 = now_ms();
+    OK(cuCheckpointProcessUnlock(t, NULL));
+    unsigned long c5 = wait_calls(c1, 2000);
+    CHECK(c5 > c1, "after unlock the calls go on (%lu, %.1f ms)", c5, now_ms() - t0);
+    atomic_store(&g_blk->stop, 1);
+    int status = reap(t, 2000);
+    g_blk_pid = -1;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && atomic_load(&g_blk->bad) == 0,
+          "every call of the blocked target succeeded (status %d, bad %d)", status, atomic_load(&g_blk->bad));
+}
+
+/* Only the writers' lock file is left: every unlock removed its file. */
+static void ckpt_cleanup(void)
+{
+    int others = 0;
+    DIR *d = opendir(g_ckpt_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        others += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && strcmp(e->d_name, ".lock") != 0;
+    if (d)
+        closedir(d);
+    CHECK(d && others == 0, "state directory holds nothing but .lock (%d other entries)", others);
+    char lock[sizeof(g_ckpt_dir) + 8];
+    snprintf(lock, sizeof(lock), "%s/.lock", g_ckpt_dir);
+    unlink(lock);
+    rmdir(g_ckpt_dir);
+    rmdir(g_ckpt_root);
+}
+
 /* FAKE_CUDA_TRACE: one line per call, under the exported name. */
 static void test_trace(void)
 {
     FILE *f = fopen(g_trace_path, "r");
     char line[128];
-    int init = 0, ptds = 0, query = 0, create = 0, dtoh_async = 0;
+    int init = 0, ptds = 0, query = 0, create = 0, dtoh_async = 0, lock = 0;
     while (f && fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = '\0';
         init += strcmp(line, "cuInit") == 0;
@@ -935,6 +1331,7 @@ static void test_trace(void)
         query += strcmp(line, "cuStreamQuery") == 0;
         create += strcmp(line, "cuMemCreate") == 0;
         dtoh_async += strcmp(line, "cuMemcpyDtoHAsync_v2") == 0;
+        lock += strcmp(line, "cuCheckpointProcessLock") == 0;
     }
     if (f)
         fclose(f);
@@ -943,6 +1340,7 @@ static void test_trace(void)
     CHECK(query == 3, "trace counts cuStreamQuery calls, failed one included (%d)", query);
     CHECK(dtoh_async == 2, "cuMemcpyDtoHAsync_v2 traced under its own name (%d)", dtoh_async);
     CHECK(create > 3 * THREADS, "cuMemCreate calls from all threads traced (%d)", create);
+    CHECK(lock == 12, "cuCheckpointProcessLock calls traced, failed ones included (%d)", lock);
 }
 
 int main(void)
@@ -957,11 +1355,19 @@ int main(void)
     setenv("FAKE_CUDA_DEVICES", "2", 1);
     setenv("FAKE_CUDA_MEM_MB", "64", 1);
     setenv("FAKE_CUDA_SYNC_DELAY_MS", "40", 1);
-    setenv("FAKE_CUDA_FAIL", "cuMemCreate:3,cuMemcpyDtoHAsync_v2:1,cuStreamQuery:2", 1);
+    setenv("FAKE_CUDA_FAIL", "cuMemCreate:3,cuMemcpyDtoHAsync_v2:1,cuStreamQuery:2,cuCheckpointProcessLock:1", 1);
     setenv("FAKE_CUDA_TRACE", g_trace_path, 1);
     unsetenv("FAKE_CUDA_NO_DEVICE");
+    unsetenv("FAKE_CUDA_CKPT_BLOCK");
+    if (!mkdtemp(g_ckpt_root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    snprintf(g_ckpt_dir, sizeof(g_ckpt_dir), "%s/state", g_ckpt_root);
+    setenv("FAKE_CUDA_CKPT_DIR", g_ckpt_dir, 1);
 
     test_no_device();
+    ckpt_start_children();
     test_preinit();
     OK(cuInit(0));
     test_devices();
@@ -976,6 +1382,9 @@ int main(void)
     test_streams();
     test_threads();
     test_errors();
+    test_ckpt();
+    test_ckpt_block();
+    ckpt_cleanup();
     test_trace();
 
     unlink(g_trace_path);
