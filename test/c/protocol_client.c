@@ -246,6 +246,24 @@ static void test_oversized_staging_refused(void)
     close(fd);
 }
 
+/* Suspend needs the gate held by the sender and a terminated path; remap
+ * needs a suspended pool. */
+static void test_suspend_rules(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_suspend_req sr;
+    memset(&sr, 'x', sizeof(sr));
+    send_msg(fd, GPCK_SUSPEND_POOL, 2, &sr, sizeof(sr)); /* no NUL */
+    CHECK(recv_status(fd, NULL, 0) == -ENAMETOOLONG);
+    strcpy(sr.image, "/tmp/nowhere");
+    send_msg(fd, GPCK_SUSPEND_POOL, 3, &sr, sizeof(sr)); /* gate not held */
+    CHECK(recv_status(fd, NULL, 0) == -EPERM);
+    send_msg(fd, GPCK_REMAP_POOL, 4, NULL, 0); /* not suspended */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    close(fd);
+}
+
 /* A client that disconnects while holding the gate releases it at once. */
 static void test_disconnect_reopens_gate(void)
 {
@@ -307,6 +325,7 @@ int main(int argc, char **argv)
     RUN(test_unknown_type_and_bad_payloads);
     RUN(test_copy_rules);
     RUN(test_oversized_staging_refused);
+    RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();

@@ -1,0 +1,140 @@
+/**
+ * suspend / resume / migrate orchestration on the CPU: the real shim and CLI
+ * against the fake driver, whose process checkpoint API keeps each target's
+ * state in a file and (FAKE_CUDA_CKPT_BLOCK=1) holds the target's CUDA calls
+ * while it is locked or checkpointed.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
+import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
+
+const box = new Sandbox();
+const ckptDir = box.path('driver-state');
+/** Both the application's and the CLI's fake driver see two devices and share the state directory. */
+const fakeEnv = { FAKE_CUDA_DEVICES: '2', FAKE_CUDA_CKPT_DIR: ckptDir };
+
+beforeAll(() => {
+  requireBuilt();
+  mkdirSync(ckptDir, { mode: 0o700 });
+});
+afterAll(() => box.cleanup());
+
+const start = (extra: Record<string, string> = {}) => box.start(APPS.linked, { env: { ...fakeEnv, FAKE_CUDA_CKPT_BLOCK: '1', ...extra } });
+const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...fakeEnv, ...extra });
+const driverState = (pid: number) => (existsSync(join(ckptDir, String(pid))) ? readFileSync(join(ckptDir, String(pid)), 'utf8').split('\n')[0] : 'running');
+const psRow = (pid: number) => json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
+
+/** Sends a command without waiting for its answer. */
+function ask(app: Awaited<ReturnType<typeof start>>['app'], cmd: string): Promise<AppEvent> {
+  app.child.stdin!.write(cmd + '\n');
+  return app.next(60_000);
+}
+
+describe('suspend and resume', () => {
+  it('frees the GPU, holds the process, and brings it back with its data', async () => {
+    const { app, ready } = await start();
+    const to = box.path('held');
+    const s = cli(['suspend', String(app.pid), '--to', to, '--json']);
+    expect(s.stderr).toBe('');
+    expect(s.code).toBe(0);
+    expect(json(s.stdout)).toMatchObject({ pid: app.pid, image: to, rawBytes: ready.buffers!.reduce((n, b) => n + Math.ceil(b.size / 512) * 512, 0) });
+    expect(driverState(app.pid)).toBe('checkpointed');
+    const row = psRow(app.pid);
+    expect(row.poolState).toBe('suspended');
+    expect(row.devices[0].bytesMapped).toBe(0);
+    expect(row.devices[0].allocations).toBe(4);
+
+    // The application is held: its next CUDA call waits for the resume.
+    let answered = false;
+    const pending = ask(app, 'state').then((e) => ((answered = true), e));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(answered).toBe(false);
+
+    const r = cli(['resume', String(app.pid), '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(sameBuffers((await pending).buffers, ready.buffers)).toBe(true);
+    expect(driverState(app.pid)).toBe('running');
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(existsSync(to)).toBe(true); // an image the user placed is kept
+    expect(cli(['inspect', to, '--json']).code).toBe(0);
+  });
+
+  it('holds the pool in /dev/shm by default and removes it on resume', async () => {
+    const { app, ready } = await start();
+    const s = json(cli(['suspend', String(app.pid), '--json']).stdout);
+    expect(s.image).toMatch(new RegExp(`suspended-${app.pid}$`));
+    expect(existsSync(s.image)).toBe(true);
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(existsSync(s.image)).toBe(false);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('refuses to suspend twice or to resume a running process, in one line', async () => {
+    const { app } = await start();
+    const notSuspended = cli(['resume', String(app.pid)]);
+    expect(notSuspended.code).toBe(1);
+    expect(notSuspended.stderr).toBe(`gpuckpt: process ${app.pid} is not suspended\n`);
+    expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+    const twice = cli(['suspend', String(app.pid)]);
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toMatch(/^gpuckpt: process \d+ is already suspended/);
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+  });
+
+  it('a target GPU without room: the process stays suspended, and resumes later', async () => {
+    // The application's 3rd cuMemCreate (the first chunk remapped) fails.
+    const { app, ready } = await start({ FAKE_CUDA_FAIL: 'cuMemCreate:3' });
+    expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+    const r = cli(['resume', String(app.pid)]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^gpuckpt: .*has no room for the pool .*stays suspended/);
+    expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(driverState(app.pid)).toBe('checkpointed');
+    expect(psRow(app.pid).poolState).toBe('suspended');
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('a driver checkpoint that fails: the process is resumed and says so', async () => {
+    const { app, ready } = await start();
+    const s = cli(['suspend', String(app.pid)], { FAKE_CUDA_FAIL: 'cuCheckpointProcessCheckpoint:1' });
+    expect(s.code).toBe(1);
+    expect(s.stderr).toMatch(new RegExp(`^gpuckpt: suspend failed, process ${app.pid} resumed: driver checkpoint`));
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('an image that cannot be written: suspend fails before releasing anything and the process runs on', async () => {
+    const { app, ready } = await start();
+    const s = cli(['suspend', String(app.pid), '--to', '/proc/gpuckpt-cannot-write-here']);
+    expect(s.code).toBe(1);
+    expect(s.stderr).toMatch(/^gpuckpt: /);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+});
+
+describe('migrate', () => {
+  it('moves the process to another GPU with a full permutation of GPU pairs', async () => {
+    const { app, ready } = await start();
+    const m = cli(['migrate', String(app.pid), '--to-device', '1', '--json']);
+    expect(m.stderr).toBe('');
+    expect(m.code).toBe(0);
+    const summary = json(m.stdout);
+    expect(summary.device).toBe('GPU-46414b45-0100-0000-0000-000000000000');
+    expect(typeof summary.downtimeSeconds).toBe('number');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('refuses an unknown GPU before touching the process', async () => {
+    const { app, ready } = await start();
+    const m = cli(['migrate', String(app.pid), '--to-device', '7']);
+    expect(m.code).toBe(1);
+    expect(m.stderr).toMatch(/^gpuckpt: no GPU "7" on this host \(2 GPU\(s\)/);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+});
