@@ -13,9 +13,22 @@ import { parsePid } from '../controller/processes.js';
 import { listProcesses } from '../controller/ps.js';
 import { restoreInto } from '../controller/rollback.js';
 import { makeRunPlan, planAsShell } from '../controller/run-plan.js';
+import { checkpointProcess, restoreProcess } from '../controller/process-image.js';
 import { migrateProcess, resumeProcess, suspendProcess } from '../controller/suspend.js';
 import { parseSize } from '../controller/units.js';
-import { inspectJson, printCheckpoint, printInspect, printMigrate, printProcesses, printResume, printRollback, printSuspend, toJson } from './output.js';
+import {
+  inspectJson,
+  printCheckpoint,
+  printInspect,
+  printMigrate,
+  printProcessCheckpoint,
+  printProcesses,
+  printProcessRestore,
+  printResume,
+  printRollback,
+  printSuspend,
+  toJson,
+} from './output.js';
 import { runWithoutExec } from './run-fallback.js';
 
 function examples(lines: string[]): string {
@@ -60,50 +73,77 @@ function buildProgram(): Command {
 
   program
     .command('checkpoint')
-    .description('save the GPU memory of a running process to an image (it keeps running)')
+    .description('save a running process: its GPU memory, and (without --gpu-only) the whole process with CRIU')
     .argument('<pid>', 'process ID of an application started with gpuckpt run')
     .requiredOption('-o, --output <dir>', 'image directory to create')
     .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
+    .option('--leave-running', 'whole-process image, and the process carries on afterwards')
+    .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
     .option('--force', 'replace an existing image at the output path')
     .option('--json', 'print a JSON summary on stdout')
     .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
     .option('--workers <n>', 'compression threads (default: cores - 1)')
-    .addHelpText('after', examples(['gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1000', 'gpuckpt checkpoint 4242 --gpu-only -o snap --json']))
-    .action(async (pidText: string, opts: { output: string; gpuOnly: boolean; force?: boolean; json?: boolean; staging?: string; level: string; workers?: string }) => {
+    .addHelpText(
+      'after',
+      examples(['gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1000', 'gpuckpt checkpoint 4242 -o /ckpt/job   # the process stops', 'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json']),
+    )
+    .action(async (pidText: string, opts: { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; json?: boolean; staging?: string; level: string; workers?: string }) => {
       const pid = parsePid(pidText);
-      if (!opts.gpuOnly)
-        throw new GpuckptError('BAD_ARGUMENT', 'whole-process checkpoints (with CRIU) are not available yet: use --gpu-only');
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
-      const summary = await checkpointGpuOnly(pid, opts.output, {
+      const common = {
         force: opts.force,
         level,
         stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
         workers: opts.workers ? parseWorkers(opts.workers) : undefined,
         progress: !opts.json && process.stderr.isTTY,
-      });
+      };
+      if (opts.gpuOnly) {
+        if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
+        const summary = await checkpointGpuOnly(pid, opts.output, common);
+        if (opts.json) console.log(toJson(summary));
+        else printCheckpoint(summary);
+        return;
+      }
+      const summary = await checkpointProcess(pid, opts.output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu });
       if (opts.json) console.log(toJson(summary));
-      else printCheckpoint(summary);
+      else printProcessCheckpoint(summary);
     });
 
   program
     .command('restore')
-    .description('write an image back into a running process at identical addresses (roll back its GPU state)')
+    .description('bring a process back from its image (or, with --into, roll a running process back)')
     .argument('<image>', 'image directory made by gpuckpt checkpoint')
-    .requiredOption('--into <pid>', 'running process to restore into (same pool layout)')
+    .option('--into <pid>', 'write a --gpu-only image into this running process (same pool layout)')
+    .option('--device <gpu>', "GPU to restore onto: this host's ordinal or a GPU UUID")
+    .option('--detach', 'print the PID and return instead of waiting for the application')
+    .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
     .option('--json', 'print a JSON summary on stdout')
     .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
     .option('--workers <n>', 'decompression threads (default: cores - 1)')
-    .addHelpText('after', examples(['gpuckpt restore /ckpt/step1000 --into 4242']))
-    .action(async (image: string, opts: { into: string; json?: boolean; staging?: string; workers?: string }) => {
-      const summary = await restoreInto(image, parsePid(opts.into), {
+    .addHelpText(
+      'after',
+      examples(['gpuckpt restore /ckpt/job              # waits, exits with the application\'s status', 'gpuckpt restore /ckpt/job --detach --device 1', 'gpuckpt restore /ckpt/step1000 --into 4242']),
+    )
+    .action(async (image: string, opts: { into?: string; device?: string; detach?: boolean; criu?: string; json?: boolean; staging?: string; workers?: string }) => {
+      const common = {
         stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
         workers: opts.workers ? parseWorkers(opts.workers) : undefined,
         progress: !opts.json && process.stderr.isTTY,
-      });
+      };
+      if (opts.into !== undefined) {
+        if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
+        const summary = await restoreInto(image, parsePid(opts.into), common);
+        if (opts.json) console.log(toJson(summary));
+        else printRollback(summary);
+        return;
+      }
+      const summary = await restoreProcess(image, { ...common, device: opts.device, detach: opts.detach, criu: opts.criu });
       if (opts.json) console.log(toJson(summary));
-      else printRollback(summary);
+      else if (opts.detach) console.log(summary.pid);
+      else printProcessRestore(summary);
+      if (!opts.detach) process.exitCode = summary.signal ? 128 : (summary.exitCode ?? 1);
     });
 
   program

@@ -4,6 +4,7 @@ import type { InspectReport } from '../controller/inspect.js';
 import type { ProcessRow } from '../controller/ps.js';
 import type { RollbackSummary } from '../controller/rollback.js';
 import type { MigrateSummary, ResumeSummary, SuspendSummary } from '../controller/suspend.js';
+import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/process-image.js';
 import { formatBytes, hex } from '../controller/units.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
@@ -84,4 +85,13 @@ export function printResume(r: ResumeSummary): void {
 
 export function printMigrate(m: MigrateSummary): void {
   console.log(`process ${m.pid} moved to ${m.device}: ${formatBytes(m.rawBytes)} of pool, application down ${m.downtimeSeconds} s`);
+}
+
+export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
+  console.log(`process ${s.pid} saved to ${s.image}${s.leftRunning ? '; it carries on' : '; it has stopped and its GPU is free'}`);
+  console.log(`  pool ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)}; GPU free after ${s.gpuFreeSeconds} s; CRIU ${s.criuVersion} dump ${s.dumpSeconds} s; total ${s.seconds} s`);
+}
+
+export function printProcessRestore(s: ProcessRestoreSummary): void {
+  process.stderr.write(`gpuckpt: restored process ${s.pid} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s)\n`);
 }

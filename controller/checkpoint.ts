@@ -29,6 +29,8 @@ export interface CheckpointOptions {
   /** How long the application may stay paused without a word from us. */
   leaseMs?: number;
   progress?: boolean;
+  /** Written into the manifest; 'process' when a CRIU image joins the pool's. */
+  kind?: 'gpu-only' | 'process';
 }
 
 export interface CheckpointSummary {
@@ -94,7 +96,7 @@ export async function writePoolImage(
       format: 'gpuckpt-image',
       version: FORMAT_VERSION,
       protocolVersion: native().protocolVersion,
-      kind: 'gpu-only',
+      kind: opts.kind ?? 'gpu-only',
       createdAt: new Date().toISOString(),
       source: { pid, command: commandLine(pid), host: hostname(), uid: process.getuid?.() ?? 0 },
       pool: {

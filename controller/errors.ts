@@ -30,6 +30,11 @@ export type ErrorCode =
   | 'ALREADY_SUSPENDED'
   | 'TARGET_NO_MEMORY'
   | 'NO_SUCH_GPU'
+  // whole-process images
+  | 'NO_CRIU'
+  | 'CRIU_FAILED'
+  | 'PID_IN_USE'
+  | 'OTHER_CHIP'
   // environment and usage
   | 'NO_GPU'
   | 'NO_NVCC'

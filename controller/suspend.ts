@@ -60,7 +60,7 @@ export function defaultHoldDir(pid: number): string {
 export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string } = {}): Promise<SuspendSummary> {
   const t0 = performance.now();
   const image = resolve(opts.to ?? defaultHoldDir(pid));
-  mkdirSync(dirname(image), { recursive: true, mode: 0o700 });
+  if (!opts.to) mkdirSync(dirname(image), { recursive: true, mode: 0o700 });
   const session = await ShimSession.open(pid);
   try {
     const status = await session.status();
@@ -100,7 +100,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
 
 export async function resumeProcess(
   pid: number,
-  opts: LoaderOptions & { device?: string; keepImage?: boolean } = {},
+  opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
   const session = await ShimSession.open(pid);
@@ -109,7 +109,9 @@ export async function resumeProcess(
   try {
     const status = await session.status();
     if (status.poolState !== PoolState.SUSPENDED) throw new GpuckptError('NOT_SUSPENDED', `process ${pid} is not suspended`);
-    const image = status.heldImage;
+    // A process restored by CRIU remembers where its pool was held while
+    // the image was being made; the image's final place is given instead.
+    const image = opts.image ?? status.heldImage;
     reader = await ImageReader.open(image);
     const current = currentDevices(image) ?? reader.manifest.devices.map((d) => d.uuid);
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);

@@ -78,8 +78,9 @@ describe('refusals', () => {
     expect(box.cli(['inspect', copy, '--json']).code).toBe(0);
   });
 
-  it('whole-process checkpoint without --gpu-only is refused clearly (not in this release)', () => {
-    expectOneLineError(box.cli(['checkpoint', String(pid), '-o', box.path('whole')]), /--gpu-only/);
+  it('a whole-process checkpoint without CRIU is refused before touching the process', () => {
+    expectOneLineError(box.cli(['checkpoint', String(pid), '-o', box.path('whole')], { GPUCKPT_CRIU: '/nonexistent/criu' }), /CRIU not found at \/nonexistent\/criu/);
+    expect(existsSync(box.path('whole'))).toBe(false);
   });
 
   /** Each damaged image: restore refuses before touching the process. */

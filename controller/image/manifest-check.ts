@@ -61,7 +61,7 @@ function checkShape(value: unknown): Manifest {
   const o = obj(value, 'manifest');
   if (o.format !== 'gpuckpt-image') fail(`format is ${show(o.format)}, expected 'gpuckpt-image'`);
   if (o.version !== FORMAT_VERSION) fail(`payload version is ${show(o.version)}, expected ${FORMAT_VERSION}`);
-  if (o.kind !== 'gpu-only') fail(`kind is ${show(o.kind)}, expected 'gpu-only'`);
+  if (o.kind !== 'gpu-only' && o.kind !== 'process') fail(`kind is ${show(o.kind)}, expected 'gpu-only' or 'process'`);
   const createdAt = str(o.createdAt, 'createdAt');
   if (Number.isNaN(Date.parse(createdAt))) fail(`createdAt ${show(createdAt)} is not a date`);
 
@@ -135,7 +135,7 @@ function checkShape(value: unknown): Manifest {
     format: 'gpuckpt-image',
     version: FORMAT_VERSION,
     protocolVersion: int(o.protocolVersion, 'protocolVersion', 0),
-    kind: 'gpu-only',
+    kind: o.kind as Manifest['kind'],
     createdAt,
     source,
     pool,

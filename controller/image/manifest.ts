@@ -95,7 +95,8 @@ export interface Manifest {
   format: 'gpuckpt-image';
   version: typeof FORMAT_VERSION;
   protocolVersion: number;
-  kind: 'gpu-only';
+  /** gpu-only: the pool alone; process: the pool plus a CRIU image in criu/. */
+  kind: 'gpu-only' | 'process';
   createdAt: string;
   source: ImageSource;
   pool: PoolLayout;

@@ -1,0 +1,146 @@
+/**
+ * Whole-process checkpoint and restore: gpuckpt carries the pool, the
+ * driver's checkpoint API the rest of the CUDA state, CRIU the process.
+ *
+ * checkpoint: suspend into a hidden working directory (pool image written,
+ * pool released, driver state to host memory), `criu dump` into its criu/,
+ * then rename it to the image's name: the image is complete or absent. With
+ * --leave-running the process is resumed from the pool image afterwards; a
+ * failing dump resumes it too.
+ * restore: `criu restore`, then the resume path (driver restore, remapped
+ * to the target GPU when asked; pool mapped at the same addresses and
+ * loaded; gate opened). The image is read, never consumed.
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import type { CheckpointOptions } from './checkpoint.js';
+import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob } from './criu.js';
+import { GpuckptError } from './errors.js';
+import { removeStaleTempDirs } from './image/index.js';
+import { ImageReader } from './image/index.js';
+import { tempDirName } from './image/temp-dirs.js';
+import { isAlive } from './processes.js';
+import { resolveGpu, resumeProcess, suspendProcess, type ResumeSummary } from './suspend.js';
+import { round } from './units.js';
+import { native } from '../native/index.js';
+
+const CRIU_DIR = 'criu';
+/** What restore needs to know about the dump, beside CRIU's own files. */
+const PROCESS_INFO = 'gpuckpt-process.json';
+
+export interface ProcessCheckpointSummary {
+  image: string;
+  pid: number;
+  rawBytes: number;
+  storedBytes: number;
+  leftRunning: boolean;
+  criuVersion: string;
+  gpuFreeSeconds: number;
+  dumpSeconds: number;
+  seconds: number;
+}
+
+export async function checkpointProcess(
+  pid: number,
+  out: string,
+  opts: CheckpointOptions & { leaveRunning?: boolean; criu?: string } = {},
+): Promise<ProcessCheckpointSummary> {
+  const t0 = performance.now();
+  const criu = findCriu(opts.criu); // refuse before touching the process
+  const target = resolve(out);
+  if (existsSync(target) && !opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+  await removeStaleTempDirs(dirname(target));
+  const work = join(dirname(target), tempDirName(basename(target)));
+  const shellJob = isShellJob(pid);
+  const suspended = await suspendProcess(pid, { ...opts, to: work, force: false, kind: 'process' });
+  const d0 = performance.now();
+  try {
+    mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
+    criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, shellJob });
+    writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify({ pid, shellJob, criuVersion: criu.version }), { mode: 0o600 });
+  } catch (e) {
+    // The process is still there (frozen): bring it back, drop the half image.
+    await resumeProcess(pid, { keepImage: true }).catch(() => undefined);
+    rmSync(work, { recursive: true, force: true });
+    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; process ${pid} resumed`);
+  }
+  const dumpSeconds = (performance.now() - d0) / 1000;
+  try {
+    if (opts.leaveRunning) await resumeProcess(pid, { keepImage: true });
+  } finally {
+    if (opts.force && existsSync(target)) rmSync(target, { recursive: true, force: true });
+    renameSync(work, target);
+  }
+  return {
+    image: target,
+    pid,
+    rawBytes: suspended.rawBytes,
+    storedBytes: suspended.storedBytes,
+    leftRunning: !!opts.leaveRunning,
+    criuVersion: criu.version,
+    gpuFreeSeconds: suspended.gpuFreeSeconds,
+    dumpSeconds: round(dumpSeconds),
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
+
+export interface ProcessRestoreSummary {
+  image: string;
+  pid: number;
+  criuSeconds: number;
+  resume: ResumeSummary;
+  seconds: number;
+  /** Without --detach: the application's exit status once it ends. */
+  exitCode?: number | null;
+  signal?: string | null;
+}
+
+export async function restoreProcess(
+  image: string,
+  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean } = {},
+): Promise<ProcessRestoreSummary> {
+  const t0 = performance.now();
+  const criu = findCriu(opts.criu);
+  const reader = await ImageReader.open(image); // the pool image verifies before anything runs
+  const m = reader.manifest;
+  await reader.close();
+  const dir = join(reader.path, CRIU_DIR);
+  if (m.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
+    throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
+  const info = JSON.parse(readFileSync(join(dir, PROCESS_INFO), 'utf8')) as { pid: number; shellJob: boolean };
+  const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
+  refuseOtherChip(m.devices.map((d) => d.name), target?.name);
+  if (isAlive(info.pid)) throw new GpuckptError('PID_IN_USE', `process ${info.pid} is running: CRIU restores a process under its own PID, which must be free`);
+
+  const pidFile = join(dir, `restore-${process.pid}.pid`);
+  const child = criuRestore(criu, dir, { detach: !!opts.detach, shellJob: info.shellJob, pidFile });
+  let exited: { code: number | null; signal: string | null } | undefined;
+  const done = new Promise<{ code: number | null; signal: string | null }>((res) =>
+    child.on('exit', (code, signal) => res((exited = { code, signal }))),
+  );
+  // Restored once CRIU wrote the pidfile (attached) or exited (detached).
+  while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
+  if (opts.detach) await done;
+  if (!existsSync(pidFile) || (exited && exited.code !== 0 && opts.detach)) {
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${reader.path} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
+  }
+  rmSync(pidFile, { force: true });
+  const criuSeconds = (performance.now() - t0) / 1000;
+  const resume = await resumeProcess(info.pid, { image: reader.path, keepImage: true, device: opts.device, stagingLimit: opts.stagingLimit, workers: opts.workers, progress: opts.progress });
+  const summary: ProcessRestoreSummary = { image: reader.path, pid: info.pid, criuSeconds: round(criuSeconds), resume, seconds: round((performance.now() - t0) / 1000) };
+  if (!opts.detach) {
+    const end = await done;
+    summary.exitCode = end.code;
+    summary.signal = end.signal;
+  }
+  return summary;
+}
+
+/** An image restores only onto the chip type it was taken on. */
+function refuseOtherChip(imageGpus: string[], targetName: string | undefined): void {
+  const host = native().listGpus();
+  const want = targetName ?? host[0]?.name;
+  const taken = imageGpus[0];
+  if (taken && want && taken !== want)
+    throw new GpuckptError('OTHER_CHIP', `the image was taken on ${taken}; this GPU is ${want}: restore it on the same chip type`);
+}

@@ -1,0 +1,83 @@
+/**
+ * Whole-process checkpoint orchestration on the CPU, with the fake driver
+ * and a fake CRIU (test/fake-criu): what is refused before the process is
+ * touched, what a failing dump leaves (the process running, no image), and
+ * the shape of a complete image. Real dumps and restores run on GPU hosts
+ * with CRIU 4.1.1 (npm run test:gpu).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { sameBuffers } from '../controller/app-driver.js';
+import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+
+const box = new Sandbox();
+const ckptDir = box.path('driver-state');
+const fakeCriu = join(ROOT, 'test', 'fake-criu', 'criu');
+const env = { FAKE_CUDA_CKPT_DIR: ckptDir, GPUCKPT_CRIU: fakeCriu };
+
+beforeAll(() => {
+  requireBuilt();
+  mkdirSync(ckptDir, { mode: 0o700 });
+});
+afterAll(() => box.cleanup());
+
+const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
+const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
+const psRow = (pid: number) => json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
+const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+
+describe('whole-process checkpoint', () => {
+  it('refuses a CRIU older than 4.0 before touching the process', async () => {
+    const { app, ready } = await start();
+    const r = cli(['checkpoint', String(app.pid), '-o', box.path('old')], { FAKE_CRIU_VERSION: '3.17' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^gpuckpt: CRIU 3\.17 at .* is too old: 4\.0 or newer is needed/);
+    oneLine(r.stderr);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('a dump failing midway: the process resumes and no image is left', async () => {
+    const { app, ready } = await start();
+    const out = box.path('failed');
+    const r = cli(['checkpoint', String(app.pid), '-o', out], { FAKE_CRIU_FAIL: 'dump' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: criu dump of process ${app.pid} failed: .*injected dump failure.*; process ${app.pid} resumed`));
+    oneLine(r.stderr);
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('--leave-running: a complete image, and the process carries on with its data', async () => {
+    const { app, ready } = await start();
+    const out = box.path('left-running');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running', '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(json(r.stdout)).toMatchObject({ pid: app.pid, image: out, leftRunning: true, criuVersion: '4.1.1' });
+    expect(readdirSync(out).sort()).toEqual(['criu', 'manifest', 'pool.zst']);
+    expect(JSON.parse(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ pid: app.pid, shellJob: false });
+    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, leaveRunning: 1 });
+    const ins = json(cli(['inspect', out, '--json']).stdout);
+    expect(ins).toMatchObject({ kind: 'process', verified: true });
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+
+    // Its PID is taken while it runs: restoring the image now is refused.
+    const again = cli(['restore', out]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(new RegExp(`^gpuckpt: process ${app.pid} is running: CRIU restores a process under its own PID`));
+  });
+
+  it('restore refuses a --gpu-only image without --into', async () => {
+    const { app } = await start();
+    const out = box.path('gpu-only');
+    expect(cli(['checkpoint', String(app.pid), '--gpu-only', '-o', out]).code).toBe(0);
+    const r = cli(['restore', out]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/holds the GPU memory only .* --into PID/);
+  });
+});
