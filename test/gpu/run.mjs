@@ -658,6 +658,97 @@ function gpuUuids() {
 }
 
 /**
+ * Whole-process checkpoint and restore with the real CRIU. The program's
+ * stdin is a named pipe and its stdout a file (CRIU restores both; it cannot
+ * restore pipes to a process outside the dump, such as this runner).
+ * checkpoint --leave-running; checkpoint (the process ends, its GPU is
+ * free); restore --detach; the same image restored a second time, attached
+ * (gpuckpt waits and returns the program's exit status); on 2 GPUs, restore
+ * onto the other GPU. Data compared bit for bit with the first run each time.
+ */
+async function processScenario(name, prog) {
+  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+  const dir = fs.mkdtempSync(path.join(tmpRoot, 'proc-'));
+  const fifo = path.join(dir, 'in');
+  const out = path.join(dir, 'out');
+  if (spawnSync('mkfifo', [fifo]).status !== 0) throw failure('mkfifo failed');
+  const file = path.join(BIN_DIR, prog);
+  const launcher = track(spawn('setsid', ['bash', '-c', `exec "$0" run -- "$1" <"$2" >>"$3" 2>>"$3.err"`, GPUCKPT, file, fifo, out], { cwd: ROOT, env, stdio: 'ignore', detached: true }));
+  const w = fs.openSync(fifo, 'w'); // blocks until the program opens its stdin
+  let lines = 0;
+  const nextLine = async (what, ms = 60_000) => {
+    const t0 = Date.now();
+    for (;;) {
+      const all = fs.existsSync(out) ? fs.readFileSync(out, 'utf8').split('\n').filter(Boolean) : [];
+      if (all.length > lines) return JSON.parse(all[lines++]);
+      if (Date.now() - t0 > ms) throw failure(`${what}: no answer in ${ms / 1000} s`, tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : ''));
+      await sleep(50);
+    }
+  };
+  const send = async (cmd, expect) => {
+    fs.writeSync(w, cmd + '\n');
+    const e = await nextLine(cmd);
+    if (e.event !== expect) throw failure(`${cmd}: got ${JSON.stringify(e).slice(0, 200)}`);
+    return e;
+  };
+  const alive = (pid) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  try {
+    const ready = await nextLine('ready', 120_000);
+    const pid = ready.pid;
+    const R = ready.buffers;
+    const m = {};
+    const ckA = await cliJson(['checkpoint', String(pid), '-o', path.join(dir, 'A'), '--leave-running', '--json'], 300_000);
+    expectSame((await send('state', 'state')).buffers, R, 'state after checkpoint --leave-running');
+    m.leave_running_s = ckA.seconds;
+    const ckB = await cliJson(['checkpoint', String(pid), '-o', path.join(dir, 'B'), '--json'], 300_000);
+    for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
+    if (alive(pid)) throw failure(`process ${pid} still runs after a checkpoint without --leave-running`);
+    if (Object.keys(gpuMemoryOf(pid)).length) throw failure('GPU memory still held after the checkpoint');
+    m.ckpt_s = ckB.seconds;
+    m.ckpt_gpu_free_s = ckB.gpuFreeSeconds;
+    m.ckpt_dump_s = ckB.dumpSeconds;
+    m.image_MiB = Number((spawnSync('du', ['-sm', path.join(dir, 'B')], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
+    const rs1 = await cliJson(['restore', path.join(dir, 'B'), '--detach', '--json'], 300_000);
+    if (rs1.pid !== pid) throw failure(`restore --detach gave pid ${rs1.pid}, expected ${pid}`);
+    expectSame((await send('state', 'state')).buffers, R, 'state after restore --detach');
+    m.restore_s = rs1.seconds;
+    m.restore_criu_s = rs1.criuSeconds;
+    fs.writeSync(w, 'quit\n');
+    await nextLine('quit');
+    for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
+    // The same image again, attached: gpuckpt returns the program's exit status.
+    const uuids = gpuUuids();
+    const args = ['restore', path.join(dir, 'B'), ...(uuids.length >= 2 ? ['--device', '1'] : [])];
+    const attached = runCli(args, 300_000);
+    for (let i = 0; i < 600 && !alive(pid); i++) await sleep(50);
+    expectSame((await send('state', 'state')).buffers, R, 'state after the second restore of the same image');
+    if (uuids.length >= 2) {
+      const on = gpuMemoryOf(pid);
+      if (!on[uuids[1]]) throw failure(`restored with --device 1, nvidia-smi shows ${JSON.stringify(on)}`);
+    }
+    fs.writeSync(w, 'quit\n');
+    const r = await attached;
+    if (r.code !== 0) throw failure(`restore (attached) returned ${describeExit(r)}`, tail(r.stderr));
+    measure(name, m);
+    return `checkpoint --leave-running, checkpoint (process gone, GPU free), restore --detach, and a second attached restore${uuids.length >= 2 ? ' onto GPU 1' : ''} of the same image: data bit for bit each time, exit status passed through`;
+  } finally {
+    try {
+      fs.closeSync(w);
+    } catch {}
+    try {
+      process.kill(-launcher.pid, 'SIGKILL');
+    } catch {}
+  }
+}
+
+/**
  * suspend / resume / migrate on one process: after suspend nvidia-smi shows
  * no memory for it; after resume (and each migrate) its data is intact at
  * the same addresses, and it runs on the GPU it was sent to.
@@ -967,6 +1058,7 @@ async function main() {
   });
 
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
+  await test('process', needCli(() => processScenario('process', 'static_cudart')));
 
   await test('bench_alloc', needCli(bench));
 
