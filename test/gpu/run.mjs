@@ -163,7 +163,7 @@ const describeExit = (s) => (s.signal ? `signal ${s.signal}` : `exit code ${s.co
 class App {
   constructor(name, prog, args = [], { shim = true } = {}) {
     this.name = name;
-    const file = path.join(BIN_DIR, prog);
+    const file = path.isAbsolute(prog) ? prog : path.join(BIN_DIR, prog);
     if (!fs.existsSync(file)) throw failure(`${file} not built (run test/gpu/run.sh)`);
     const [cmd, argv] = shim ? cliCommand(['run', '--', file, ...args]) : [file, args];
     this.cmdline = [cmd, ...argv].join(' ');
@@ -749,6 +749,51 @@ async function processScenario(name, prog) {
 }
 
 /**
+ * The PyTorch job of DESIGN.md, deterministic: its loss trajectory across a
+ * suspend/resume and (on 2 GPUs) a migrate must be bit-identical to an
+ * uninterrupted run's.
+ */
+async function torchScenario(name) {
+  const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
+  if (!py || spawnSync(py, ['-c', 'import torch; assert torch.cuda.is_available()']).status !== 0) throw new Skip('no PyTorch with CUDA here');
+  const script = path.join(ROOT, 'test', 'gpu', 'apps', 'torch_train.py');
+  const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
+  const start = async (label) => {
+    const a = new App(label, py, [script]);
+    const r = await a.next('ready', 240_000);
+    if (r.event !== 'ready') throw failure(`${label}: ${JSON.stringify(r).slice(0, 200)}`);
+    return a;
+  };
+  const train = async (a) => (await a.send(`train ${steps}`, 'trained', 300_000)).losses;
+
+  const ref = await start(`${name}/reference`);
+  const want = [...(await train(ref)), ...(await train(ref)), ...(await train(ref))];
+  await ref.quit();
+
+  const app = await start(name);
+  const got = [...(await train(app))];
+  const m = {};
+  const row = (await cliJson(['ps', '--json'])).find((r) => r.pid === app.pid);
+  m.pool_MiB = row ? Math.round(row.devices.reduce((s, d) => s + d.bytesInUse, 0) / MiB) : -1;
+  const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
+  if (Object.keys(gpuMemoryOf(app.pid)).length) throw failure('suspended PyTorch job still holds GPU memory');
+  const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
+  m.suspend_s = sus.seconds;
+  m.resume_s = res.seconds;
+  got.push(...(await train(app)));
+  if (gpuUuids().length >= 2) {
+    const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
+    m.migrate_downtime_s = mig.downtimeSeconds;
+  }
+  got.push(...(await train(app)));
+  await app.quit();
+  const diff = want.findIndex((l, i) => got[i] !== l);
+  if (diff >= 0 || got.length !== want.length) throw failure(`loss ${diff} differs: ${got[diff]} vs ${want[diff]} uninterrupted`);
+  measure(name, m);
+  return `${want.length} steps: loss trajectory across suspend/resume${m.migrate_downtime_s !== undefined ? ' and a migrate to GPU 1' : ''} bit-identical to an uninterrupted run`;
+}
+
+/**
  * suspend / resume / migrate on one process: after suspend nvidia-smi shows
  * no memory for it; after resume (and each migrate) its data is intact at
  * the same addresses, and it runs on the GPU it was sent to.
@@ -1059,6 +1104,7 @@ async function main() {
 
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
+  await test('torch', needCli(() => torchScenario('torch')));
 
   await test('bench_alloc', needCli(bench));
 
