@@ -666,14 +666,22 @@ function gpuUuids() {
  * (gpuckpt waits and returns the program's exit status); on 2 GPUs, restore
  * onto the other GPU. Data compared bit for bit with the first run each time.
  */
-async function processScenario(name, prog) {
-  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+/** A program under `gpuckpt run` whose stdin is a named pipe and stdout a
+ * file (appended), so CRIU can dump and restore it; talked to through them. */
+function launchViaFifo(prog, args = []) {
   const dir = fs.mkdtempSync(path.join(tmpRoot, 'proc-'));
   const fifo = path.join(dir, 'in');
   const out = path.join(dir, 'out');
   if (spawnSync('mkfifo', [fifo]).status !== 0) throw failure('mkfifo failed');
-  const file = path.join(BIN_DIR, prog);
-  const launcher = track(spawn('setsid', ['bash', '-c', `exec "$0" run -- "$1" <"$2" >>"$3" 2>>"$3.err"`, GPUCKPT, file, fifo, out], { cwd: ROOT, env, stdio: 'ignore', detached: true }));
+  const file = path.isAbsolute(prog) ? prog : path.join(BIN_DIR, prog);
+  const launcher = track(
+    spawn('setsid', ['bash', '-c', 'exec "$0" run -- "$@" <"$FIFO" >>"$OUTF" 2>>"$OUTF.err"', GPUCKPT, file, ...args], {
+      cwd: ROOT,
+      env: { ...env, FIFO: fifo, OUTF: out },
+      stdio: 'ignore',
+      detached: true,
+    }),
+  );
   const w = fs.openSync(fifo, 'w'); // blocks until the program opens its stdin
   let lines = 0;
   const nextLine = async (what, ms = 60_000) => {
@@ -685,9 +693,9 @@ async function processScenario(name, prog) {
       await sleep(50);
     }
   };
-  const send = async (cmd, expect) => {
+  const send = async (cmd, expect, ms = 60_000) => {
     fs.writeSync(w, cmd + '\n');
-    const e = await nextLine(cmd);
+    const e = await nextLine(cmd, ms);
     if (e.event !== expect) throw failure(`${cmd}: got ${JSON.stringify(e).slice(0, 200)}`);
     return e;
   };
@@ -699,6 +707,20 @@ async function processScenario(name, prog) {
       return false;
     }
   };
+  const close = () => {
+    try {
+      fs.closeSync(w);
+    } catch {}
+    try {
+      process.kill(-launcher.pid, 'SIGKILL');
+    } catch {}
+  };
+  return { dir, w, nextLine, send, alive, close };
+}
+
+async function processScenario(name, prog) {
+  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+  const { dir, w, nextLine, send, alive, close } = launchViaFifo(prog);
   try {
     const ready = await nextLine('ready', 120_000);
     const pid = ready.pid;
@@ -739,12 +761,7 @@ async function processScenario(name, prog) {
     measure(name, m);
     return `checkpoint --leave-running, checkpoint (process gone, GPU free), restore --detach, and a second attached restore${uuids.length >= 2 ? ' onto GPU 1' : ''} of the same image: data bit for bit each time, exit status passed through`;
   } finally {
-    try {
-      fs.closeSync(w);
-    } catch {}
-    try {
-      process.kill(-launcher.pid, 'SIGKILL');
-    } catch {}
+    close();
   }
 }
 
@@ -791,6 +808,78 @@ async function torchScenario(name) {
   if (diff >= 0 || got.length !== want.length) throw failure(`loss ${diff} differs: ${got[diff]} vs ${want[diff]} uninterrupted`);
   measure(name, m);
   return `${want.length} steps: loss trajectory across suspend/resume${m.migrate_downtime_s !== undefined ? ' and a migrate to GPU 1' : ''} bit-identical to an uninterrupted run`;
+}
+
+/**
+ * The PyTorch job checkpointed mid-run as a whole process and restored, then
+ * the anchor (driver checkpoint API + CRIU) on the same job: both must
+ * continue on the uninterrupted loss trajectory; times and image sizes side
+ * by side.
+ */
+async function torchProcessScenario(name) {
+  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+  const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
+  if (!py || spawnSync(py, ['-c', 'import torch; assert torch.cuda.is_available()']).status !== 0) throw new Skip('no PyTorch with CUDA here');
+  const script = path.join(ROOT, 'test', 'gpu', 'apps', 'torch_train.py');
+  const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
+  const ref = new App(`${name}/reference`, py, [script]);
+  if ((await ref.next('ready', 240_000)).event !== 'ready') throw failure('reference run did not start');
+  const want = [];
+  for (let i = 0; i < 3; i++) want.push(...(await ref.send(`train ${steps}`, 'trained', 300_000)).losses);
+  await ref.quit();
+
+  const p = launchViaFifo(py, [script]);
+  const du = (d) => Number((spawnSync('du', ['-sm', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
+  const waitGone = async (pid) => {
+    for (let i = 0; i < 600 && p.alive(pid); i++) await sleep(50);
+    if (p.alive(pid)) throw failure(`process ${pid} still runs after its checkpoint`);
+  };
+  const step = (pid, s) => {
+    const r = spawnSync(path.join(BIN_DIR, 'driver_ckpt'), [String(pid), s], { encoding: 'utf8', timeout: 300_000 });
+    if (r.status !== 0) throw failure(`driver ${s} of ${pid}: ${(r.stdout || r.stderr || '').trim()}`);
+  };
+  const criu = (args) => {
+    const r = spawnSync('criu', args, { encoding: 'utf8', timeout: 300_000 });
+    if (r.status !== 0) throw failure(`criu ${args[0]} failed (${describeExit({ code: r.status, signal: r.signal })})`);
+  };
+  try {
+    const ready = await p.nextLine('ready', 240_000);
+    const pid = ready.pid;
+    const got = [...(await p.send(`train ${steps}`, 'trained', 300_000)).losses];
+    const m = {};
+
+    const ours = path.join(p.dir, 'gpuckpt');
+    const ck = await cliJson(['checkpoint', String(pid), '-o', ours, '--json'], 600_000);
+    await waitGone(pid);
+    const rs = await cliJson(['restore', ours, '--detach', '--json'], 600_000);
+    got.push(...(await p.send(`train ${steps}`, 'trained', 300_000)).losses);
+    Object.assign(m, { ckpt_s: ck.seconds, gpu_free_s: ck.gpuFreeSeconds, image_MB: Math.round(du(ours) * 1.048576), restore_s: rs.seconds });
+
+    const anchorDir = path.join(p.dir, 'anchor');
+    fs.mkdirSync(anchorDir);
+    let t = Date.now();
+    step(pid, 'lock');
+    step(pid, 'checkpoint');
+    const driverCk = (Date.now() - t) / 1000;
+    criu(['dump', '-t', String(pid), '-D', anchorDir, '-o', 'dump.log']);
+    const anchorCk = (Date.now() - t) / 1000;
+    await waitGone(pid);
+    t = Date.now();
+    criu(['restore', '-D', anchorDir, '-o', 'restore.log', '--restore-detached']);
+    step(pid, 'restore');
+    step(pid, 'unlock');
+    const anchorRs = (Date.now() - t) / 1000;
+    got.push(...(await p.send(`train ${steps}`, 'trained', 300_000)).losses);
+    Object.assign(m, { anchor_ckpt_s: anchorCk, anchor_driver_ckpt_s: driverCk, anchor_image_MB: Math.round(du(anchorDir) * 1.048576), anchor_restore_s: anchorRs });
+    await p.send('quit', 'bye');
+
+    const diff = want.findIndex((l, i) => got[i] !== l);
+    if (diff >= 0 || got.length !== want.length) throw failure(`loss ${diff} differs: ${got[diff]} vs ${want[diff]} uninterrupted`);
+    measure(name, m);
+    return `${want.length} steps: after a gpuckpt checkpoint + restore and after the anchor's, the loss trajectory is bit-identical to an uninterrupted run (checkpoint ${fmt(ck.seconds)} s vs anchor ${fmt(anchorCk)} s)`;
+  } finally {
+    p.close();
+  }
 }
 
 /**
@@ -1105,6 +1194,7 @@ async function main() {
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
   await test('torch', needCli(() => torchScenario('torch')));
+  await test('torch/process', needCli(() => torchProcessScenario('torch/process')));
 
   await test('bench_alloc', needCli(bench));
 

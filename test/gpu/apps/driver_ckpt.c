@@ -3,7 +3,9 @@
  * process. Locks, checkpoints (device memory out to host), restores and
  * unlocks PID, and prints one JSON line with the time of each step.
  *
- *   driver_ckpt PID
+ *   driver_ckpt PID            all four steps, timed
+ *   driver_ckpt PID STEP       one step: lock, checkpoint, restore, unlock
+ *                              (the anchor around a CRIU dump and restore)
  *
  * libcuda is loaded at run time so the program builds without a driver. */
 #define _GNU_SOURCE
@@ -34,8 +36,8 @@ static int fail(const char *what, CUresult r)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: driver_ckpt PID\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: driver_ckpt PID [lock|checkpoint|restore|unlock]\n");
         return 2;
     }
     int pid = atoi(argv[1]);
@@ -62,6 +64,24 @@ int main(int argc, char **argv)
     memset(&ua, 0, sizeof(ua));
     la.timeoutMs = 60000;
     CUresult r;
+    if (argc == 3) {
+        const char *step = argv[2];
+        double s0 = now();
+        if (!strcmp(step, "lock"))
+            r = lock(pid, &la);
+        else if (!strcmp(step, "checkpoint"))
+            r = ckpt(pid, &ca);
+        else if (!strcmp(step, "restore"))
+            r = restore(pid, &ra);
+        else if (!strcmp(step, "unlock"))
+            r = unlock(pid, &ua);
+        else
+            return 2;
+        if (r != CUDA_SUCCESS)
+            return fail(step, r);
+        printf("{\"event\":\"step\",\"step\":\"%s\",\"seconds\":%.4f}\n", step, now() - s0);
+        return 0;
+    }
     double t0 = now();
     if ((r = lock(pid, &la)) != CUDA_SUCCESS)
         return fail("lock", r);
