@@ -100,8 +100,8 @@ export async function restoreProcess(
   opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean } = {},
 ): Promise<ProcessRestoreSummary> {
   const t0 = performance.now();
-  const criu = findCriu(opts.criu);
   const reader = await ImageReader.open(image); // the pool image verifies before anything runs
+  const criu = findCriu(opts.criu);
   const m = reader.manifest;
   await reader.close();
   const dir = join(reader.path, CRIU_DIR);

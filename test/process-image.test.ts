@@ -6,7 +6,7 @@
  * with CRIU 4.1.1 (npm run test:gpu).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/app-driver.js';
 import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
@@ -79,5 +79,33 @@ describe('whole-process checkpoint', () => {
     const r = cli(['restore', out]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/holds the GPU memory only .* --into PID/);
+  });
+});
+
+describe('whole-process restore refusals', () => {
+  it('refuses an image taken on another chip type before touching anything', async () => {
+    const { app } = await start();
+    const out = box.path('other-chip');
+    expect(cli(['checkpoint', String(app.pid), '-o', out, '--leave-running']).code).toBe(0);
+    // Rewrite the manifest as if the image came from an H100 (checksummed anew).
+    const { decodeManifest, encodeManifest } = await import('../controller/image/index.js');
+    const m = decodeManifest(readFileSync(join(out, 'manifest')), out);
+    m.devices = m.devices.map((d) => ({ ...d, name: 'NVIDIA H100 80GB HBM3' }));
+    writeFileSync(join(out, 'manifest'), encodeManifest(m));
+    const r = cli(['restore', out]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe('gpuckpt: the image was taken on NVIDIA H100 80GB HBM3; this GPU is Fake CUDA Device 0: restore it on the same chip type\n');
+    expect(psRow(app.pid).poolState).toBe('active');
+  });
+
+  it('refuses a damaged pool image before CRIU runs', async () => {
+    const { app } = await start();
+    const out = box.path('damaged');
+    expect(cli(['checkpoint', String(app.pid), '-o', out, '--leave-running']).code).toBe(0);
+    writeFileSync(join(out, 'manifest'), 'not a manifest');
+    const r = cli(['restore', out]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^gpuckpt: image manifest .* is not a gpuckpt manifest/);
+    expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false); // CRIU never started
   });
 });
