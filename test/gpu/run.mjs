@@ -765,15 +765,21 @@ async function processScenario(name, prog) {
   }
 }
 
+/** The python3 that has the job's framework, and the job's script; or Skip. */
+function pythonJob(job) {
+  const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
+  const probe = job === 'torch' ? 'import torch; assert torch.cuda.is_available()' : 'import cupy; cupy.zeros(1)';
+  if (!py || spawnSync(py, ['-c', probe]).status !== 0) throw new Skip(`no ${job === 'torch' ? 'PyTorch' : 'CuPy'} with CUDA here`);
+  return { py, script: path.join(ROOT, 'test', 'gpu', 'apps', job === 'torch' ? 'torch_train.py' : 'cupy_job.py') };
+}
+
 /**
- * The PyTorch job of DESIGN.md, deterministic: its loss trajectory across a
+ * A deterministic job (the PyTorch job of DESIGN.md, or a CuPy one): its trajectory across a
  * suspend/resume and (on 2 GPUs) a migrate must be bit-identical to an
  * uninterrupted run's.
  */
-async function torchScenario(name) {
-  const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
-  if (!py || spawnSync(py, ['-c', 'import torch; assert torch.cuda.is_available()']).status !== 0) throw new Skip('no PyTorch with CUDA here');
-  const script = path.join(ROOT, 'test', 'gpu', 'apps', 'torch_train.py');
+async function jobScenario(name, job) {
+  const { py, script } = pythonJob(job);
   const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
   const start = async (label) => {
     const a = new App(label, py, [script]);
@@ -811,16 +817,14 @@ async function torchScenario(name) {
 }
 
 /**
- * The PyTorch job checkpointed mid-run as a whole process and restored, then
+ * A deterministic job (PyTorch or CuPy) checkpointed mid-run as a whole process and restored, then
  * the anchor (driver checkpoint API + CRIU) on the same job: both must
  * continue on the uninterrupted loss trajectory; times and image sizes side
  * by side.
  */
-async function torchProcessScenario(name) {
+async function jobProcessScenario(name, job) {
   if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
-  const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
-  if (!py || spawnSync(py, ['-c', 'import torch; assert torch.cuda.is_available()']).status !== 0) throw new Skip('no PyTorch with CUDA here');
-  const script = path.join(ROOT, 'test', 'gpu', 'apps', 'torch_train.py');
+  const { py, script } = pythonJob(job);
   const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
   const ref = new App(`${name}/reference`, py, [script]);
   if ((await ref.next('ready', 240_000)).event !== 'ready') throw failure('reference run did not start');
@@ -1193,8 +1197,10 @@ async function main() {
 
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
-  await test('torch', needCli(() => torchScenario('torch')));
-  await test('torch/process', needCli(() => torchProcessScenario('torch/process')));
+  await test('torch', needCli(() => jobScenario('torch', 'torch')));
+  await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
+  await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));
+  await test('cupy/process', needCli(() => jobProcessScenario('cupy/process', 'cupy')));
 
   await test('bench_alloc', needCli(bench));
 
