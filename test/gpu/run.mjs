@@ -799,7 +799,7 @@ async function jobScenario(name, job) {
   const row = (await cliJson(['ps', '--json'])).find((r) => r.pid === app.pid);
   m.pool_MiB = row ? Math.round(row.devices.reduce((s, d) => s + d.bytesInUse, 0) / MiB) : -1;
   const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
-  if (Object.keys(gpuMemoryOf(app.pid)).length) throw failure('suspended PyTorch job still holds GPU memory');
+  if (Object.keys(gpuMemoryOf(app.pid)).length) throw failure('the suspended job still holds GPU memory');
   const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
   m.suspend_s = sus.seconds;
   m.resume_s = res.seconds;
