@@ -41,6 +41,28 @@ function parseWorkers(v: string): number {
   return n;
 }
 
+interface TransferFlags {
+  json?: boolean;
+  staging?: string;
+  workers?: string;
+}
+
+/** --staging and --workers, shared by the commands that move pool data. */
+function withTransferOptions(cmd: Command, workersWhat: string): Command {
+  return cmd
+    .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
+    .option('--workers <n>', `${workersWhat} threads (default: cores - 1)`);
+}
+
+/** Staging limit, worker count, and progress on stderr unless --json. */
+function transfer(opts: TransferFlags) {
+  return {
+    stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
+    workers: opts.workers ? parseWorkers(opts.workers) : undefined,
+    progress: !opts.json && process.stderr.isTTY,
+  };
+}
+
 function buildProgram(): Command {
   const program = new Command('gpuckpt')
     .description('Checkpoint and restore CUDA applications: device memory in a fixed-address pool, saved and put back at identical addresses')
@@ -71,8 +93,7 @@ function buildProgram(): Command {
       else printProcesses(rows);
     });
 
-  program
-    .command('checkpoint')
+  withTransferOptions(program.command('checkpoint'), 'compression')
     .description('save a running process: its GPU memory, and (without --gpu-only) the whole process with CRIU')
     .argument('<pid>', 'process ID of an application started with gpuckpt run')
     .requiredOption('-o, --output <dir>', 'image directory to create')
@@ -81,24 +102,16 @@ function buildProgram(): Command {
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
     .option('--force', 'replace an existing image at the output path')
     .option('--json', 'print a JSON summary on stdout')
-    .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
-    .option('--workers <n>', 'compression threads (default: cores - 1)')
     .addHelpText(
       'after',
       examples(['gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1000', 'gpuckpt checkpoint 4242 -o /ckpt/job   # the process stops', 'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json']),
     )
-    .action(async (pidText: string, opts: { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; json?: boolean; staging?: string; level: string; workers?: string }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; level: string }) => {
       const pid = parsePid(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
-      const common = {
-        force: opts.force,
-        level,
-        stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
-        workers: opts.workers ? parseWorkers(opts.workers) : undefined,
-        progress: !opts.json && process.stderr.isTTY,
-      };
+      const common = { ...transfer(opts), force: opts.force, level };
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
         const summary = await checkpointGpuOnly(pid, opts.output, common);
@@ -111,8 +124,7 @@ function buildProgram(): Command {
       else printProcessCheckpoint(summary);
     });
 
-  program
-    .command('restore')
+  withTransferOptions(program.command('restore'), 'decompression')
     .description('bring a process back from its image (or, with --into, roll a running process back)')
     .argument('<image>', 'image directory made by gpuckpt checkpoint')
     .option('--into <pid>', 'write a --gpu-only image into this running process (same pool layout)')
@@ -120,18 +132,12 @@ function buildProgram(): Command {
     .option('--detach', 'print the PID and return instead of waiting for the application')
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
     .option('--json', 'print a JSON summary on stdout')
-    .option('--staging <size>', 'most host memory to use for staging (default: half of free memory)')
-    .option('--workers <n>', 'decompression threads (default: cores - 1)')
     .addHelpText(
       'after',
       examples(['gpuckpt restore /ckpt/job              # waits, exits with the application\'s status', 'gpuckpt restore /ckpt/job --detach --device 1', 'gpuckpt restore /ckpt/step1000 --into 4242']),
     )
-    .action(async (image: string, opts: { into?: string; device?: string; detach?: boolean; criu?: string; json?: boolean; staging?: string; workers?: string }) => {
-      const common = {
-        stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
-        workers: opts.workers ? parseWorkers(opts.workers) : undefined,
-        progress: !opts.json && process.stderr.isTTY,
-      };
+    .action(async (image: string, opts: TransferFlags & { into?: string; device?: string; detach?: boolean; criu?: string }) => {
+      const common = transfer(opts);
       if (opts.into !== undefined) {
         if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
         const summary = await restoreInto(image, parsePid(opts.into), common);
