@@ -74,7 +74,14 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS },
       async () => undefined,
     );
-    await session.suspendPool(image);
+    try {
+      await session.suspendPool(image);
+    } catch (e) {
+      // Still running (the gate reopens as the session closes): the image
+      // in the default place would only be litter.
+      if (!opts.to) rmSync(image, { recursive: true, force: true });
+      throw e;
+    }
     const poolReleasedAt = performance.now();
     try {
       await driverFreeze(pid);
