@@ -124,7 +124,15 @@ export async function resumeProcess(
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
 
-    await driverThaw(pid, pairs);
+    try {
+      await driverThaw(pid, pairs);
+    } catch (e) {
+      // A restore the driver refused leaves the process checkpointed.
+      const where = target ? `GPU ${target.uuid}` : 'the GPU';
+      if (isGpuckptError(e) && /OUT_OF_MEMORY/.test(e.message))
+        throw new GpuckptError('TARGET_NO_MEMORY', `${where} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
+    }
     const thawed = performance.now();
     try {
       await session.remapPool();

@@ -817,6 +817,107 @@ async function jobScenario(name, job) {
 }
 
 /**
+ * Failures on a real GPU: a CRIU dump failing midway (the fake CRIU of
+ * test/fake-criu fails it after the real driver has frozen the process and
+ * the pool was released) must leave the process running with its data; on
+ * 2 GPUs, a target GPU without room must leave it suspended, and a resume on
+ * the other GPU must work.
+ */
+async function processFailuresScenario(name) {
+  const app = new App(name, 'static_cudart');
+  const R = (await app.ready()).buffers;
+  const pid = String(app.pid);
+  const cli = (args, extra = {}) => spawnSync(GPUCKPT, args, { cwd: ROOT, env: { ...env, ...extra }, encoding: 'utf8', timeout: 300_000 });
+  const snap = snapPath(name);
+  const dump = cli(['checkpoint', pid, '-o', snap, '--criu', path.join(ROOT, 'test', 'fake-criu', 'criu')], { FAKE_CRIU_FAIL: 'dump' });
+  if (dump.status !== 1 || !/criu dump of process \d+ failed: .*resumed/.test(dump.stderr)) throw failure(`failing dump: ${describeExit({ code: dump.status, signal: dump.signal })}: ${dump.stderr.trim()}`);
+  if (fs.existsSync(snap)) throw failure('a failed dump left an image behind');
+  expectSame((await app.send('state', 'state')).buffers, R, 'state after a failed dump');
+  let detail = 'a CRIU dump failing midway left the process running with its data and no image';
+  if (gpuUuids().length >= 2) {
+    const hog = track(spawn('python3', ['-c', "import torch,time; f,t=torch.cuda.mem_get_info(1); x=torch.empty(f-(200<<20), dtype=torch.uint8, device='cuda:1'); print('held', flush=True); time.sleep(600)"], { env, stdio: ['ignore', 'pipe', 'pipe'] }));
+    await new Promise((res, rej) => {
+      hog.stdout.on('data', (d) => /held/.test(String(d)) && res());
+      hog.on('exit', () => rej(failure('the memory hog on GPU 1 did not start')));
+    });
+    try {
+      const sus = cli(['suspend', pid]);
+      if (sus.status !== 0) throw failure(`suspend: ${sus.stderr.trim()}`);
+      const full = cli(['resume', pid, '--device', '1']);
+      if (full.status !== 1 || !/stays suspended/.test(full.stderr) || full.stderr.trim().split('\n').length !== 1) throw failure(`resume onto a full GPU: ${describeExit({ code: full.status, signal: full.signal })}: ${full.stderr.trim()}`);
+      const row = (await cliJson(['ps', '--json'])).find((r) => r.pid === app.pid);
+      if (row?.poolState !== 'suspended') throw failure(`after the refused resume the process is ${row?.poolState}, not suspended`);
+      const ok = cli(['resume', pid, '--device', '0']);
+      if (ok.status !== 0) throw failure(`resume on GPU 0 after the refusal: ${ok.stderr.trim()}`);
+      expectSame((await app.send('state', 'state')).buffers, R, 'state after resuming on the other GPU');
+      detail += `; resume onto a full GPU 1 refused in one line ("${full.stderr.trim().slice(9, 90)}…"), process stayed suspended, resume on GPU 0 worked`;
+    } finally {
+      hog.kill('SIGKILL');
+    }
+  }
+  await app.quit();
+  return detail;
+}
+
+/**
+ * A program attached to a terminal (a pty from script(1)): checkpointed as a
+ * whole process and restored into a new terminal, as a shell job.
+ */
+async function terminalScenario(name) {
+  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+  if (spawnSync('script', ['--version']).status !== 0) throw new Skip('script(1) not installed');
+  const dir = fs.mkdtempSync(path.join(tmpRoot, 'tty-'));
+  const file = path.join(BIN_DIR, 'static_cudart');
+  const inTerminal = (label, command) => {
+    const fifo = path.join(dir, `${label}.in`);
+    const log = path.join(dir, `${label}.log`);
+    spawnSync('mkfifo', [fifo]);
+    const child = track(spawn('setsid', ['bash', '-c', 'exec script -qfc "$0" "$1" <"$2" >/dev/null', command, log, fifo], { cwd: ROOT, env, stdio: 'ignore', detached: true }));
+    const w = fs.openSync(fifo, 'w');
+    let seen = 0;
+    const next = async (what, ms = 120_000) => {
+      const t0 = Date.now();
+      for (;;) {
+        const json = (fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '').split(/\r?\n/).map((l) => l.trim()).filter((l) => l.startsWith('{'));
+        if (json.length > seen) return JSON.parse(json[seen++]);
+        if (Date.now() - t0 > ms) throw failure(`${label}: ${what}: no answer`, tail(fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : ''));
+        await sleep(50);
+      }
+    };
+    const send = async (cmd, expect) => {
+      fs.writeSync(w, cmd + '\n');
+      const e = await next(cmd);
+      if (e.event !== expect) throw failure(`${label}: ${cmd}: ${JSON.stringify(e).slice(0, 150)}`);
+      return e;
+    };
+    const close = () => {
+      try {
+        fs.closeSync(w);
+      } catch {}
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {}
+    };
+    return { next, send, close };
+  };
+  const first = inTerminal('first', `${GPUCKPT} run -- ${file}`);
+  let second;
+  try {
+    const ready = await first.next('ready');
+    const snap = path.join(dir, 'snap');
+    await cliJson(['checkpoint', String(ready.pid), '-o', snap, '--json'], 300_000);
+    if (!JSON.parse(fs.readFileSync(path.join(snap, 'criu', 'gpuckpt-process.json'), 'utf8')).shellJob) throw failure('the image does not record a shell job');
+    second = inTerminal('second', `${GPUCKPT} restore ${snap}`);
+    expectSame((await second.send('state', 'state')).buffers, ready.buffers, 'state in the new terminal');
+    await second.send('quit', 'bye');
+    return 'a terminal-attached program was checkpointed as a shell job and restored into a new terminal with its data';
+  } finally {
+    first.close();
+    second?.close();
+  }
+}
+
+/**
  * A deterministic job (PyTorch or CuPy) checkpointed mid-run as a whole process and restored, then
  * the anchor (driver checkpoint API + CRIU) on the same job: both must
  * continue on the uninterrupted loss trajectory; times and image sizes side
@@ -1197,6 +1298,8 @@ async function main() {
 
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
+  await test('process/failures', needCli(() => processFailuresScenario('process/failures')));
+  await test('process/terminal', needCli(() => terminalScenario('process/terminal')));
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
   await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));
