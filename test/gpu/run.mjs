@@ -878,7 +878,13 @@ async function terminalScenario(name) {
     const next = async (what, ms = 120_000) => {
       const t0 = Date.now();
       for (;;) {
-        const json = (fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '').split(/\r?\n/).map((l) => l.trim()).filter((l) => l.startsWith('{'));
+        // A terminal mixes the program's lines with echoed input and with
+        // gpuckpt's progress (escape codes, same line): take each JSON event
+        // from where it starts.
+        const json = (fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '')
+          .split(/\r?\n/)
+          .map((l) => l.slice(Math.max(0, l.indexOf('{"event"'))))
+          .filter((l) => l.startsWith('{"event"'));
         if (json.length > seen) return JSON.parse(json[seen++]);
         if (Date.now() - t0 > ms) throw failure(`${label}: ${what}: no answer`, tail(fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : ''));
         await sleep(50);
