@@ -48,7 +48,11 @@ export async function checkpointProcess(
   const t0 = performance.now();
   const criu = findCriu(opts.criu); // refuse before touching the process
   const target = resolve(out);
-  if (existsSync(target) && !opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+  if (existsSync(target)) {
+    if (!opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+    // --force replaces an image, never other data at a mistyped path.
+    if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
+  }
   await removeStaleTempDirs(dirname(target));
   const work = join(dirname(target), tempDirName(basename(target)));
   const shellJob = isShellJob(pid);
@@ -59,10 +63,14 @@ export async function checkpointProcess(
     criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, shellJob });
     writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify({ pid, shellJob, criuVersion: criu.version }), { mode: 0o600 });
   } catch (e) {
-    // The process is still there (frozen): bring it back, drop the half image.
-    await resumeProcess(pid, { keepImage: true }).catch(() => undefined);
-    rmSync(work, { recursive: true, force: true });
-    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; process ${pid} resumed`);
+    // The process is still there (frozen): bring it back, then drop the half
+    // image (kept if the process could not come back: it holds its data).
+    const back = await resumeProcess(pid, { keepImage: true }).then(
+      () => true,
+      () => false,
+    );
+    if (back) rmSync(work, { recursive: true, force: true });
+    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its pool at ${work} (gpuckpt resume ${pid})`}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
   try {

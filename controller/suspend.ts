@@ -87,8 +87,13 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       await driverFreeze(pid);
     } catch (e) {
       // The pool is released and its image complete: bring the process back from it.
-      await resumeProcess(pid, { keepImage: true }).catch(() => undefined);
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `suspend failed, process ${pid} resumed: ${(e as Error).message}`);
+      const back = await resumeProcess(pid, { keepImage: true }).then(
+        () => true,
+        () => false,
+      );
+      const code = isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT';
+      if (!back) throw new GpuckptError(code, `suspend failed and process ${pid} could not be resumed; its pool is held at ${image} (gpuckpt resume ${pid}): ${(e as Error).message}`);
+      throw new GpuckptError(code, `suspend failed, process ${pid} resumed: ${(e as Error).message}`);
     }
     const gpuFree = performance.now();
     return {

@@ -109,3 +109,21 @@ describe('whole-process restore refusals', () => {
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false); // CRIU never started
   });
 });
+
+describe('whole-process checkpoint --force', () => {
+  it('replaces an image but never other data at the path', async () => {
+    const { app } = await start();
+    const notAnImage = box.path('precious');
+    mkdirSync(notAnImage);
+    writeFileSync(join(notAnImage, 'thesis.tex'), 'years of work');
+    const r = cli(['checkpoint', String(app.pid), '-o', notAnImage, '--leave-running', '--force']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/exists and is not a gpuckpt image: not replacing it/);
+    expect(readFileSync(join(notAnImage, 'thesis.tex'), 'utf8')).toBe('years of work');
+
+    const img = box.path('replace-me');
+    expect(cli(['checkpoint', String(app.pid), '-o', img, '--leave-running']).code).toBe(0);
+    expect(cli(['checkpoint', String(app.pid), '-o', img, '--leave-running', '--force']).code).toBe(0);
+    expect(json(cli(['inspect', img, '--json']).stdout).verified).toBe(true);
+  });
+});
