@@ -154,7 +154,12 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
     const struct gpck_header *h = (const void *)in;
     if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(*h) || h->magic != GPCK_MAGIC ||
         h->payload_len != (size_t)n - sizeof(*h) || (h->type & GPCK_REPLY)) {
-        GP_WARN("control", "malformed message (%zd bytes): closing the connection", n);
+        /* Said a few times, not once per message: a peer sending garbage
+         * must not flood the application's stderr either. */
+        static unsigned malformed;
+        if (++malformed <= 3)
+            GP_WARN("control", "malformed message (%zd bytes): closing the connection%s", n,
+                    malformed == 3 ? " (further ones silently)" : "");
         send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, -1);
         drop_client(c);
         return;

@@ -216,6 +216,15 @@ describe('the control socket', () => {
     expect(sameBuffers((await a.command('state')).buffers, r.buffers)).toBe(true);
   });
 
+  it('survives thousands of random messages, and the application keeps its data', async () => {
+    const { app: a, ready: r } = await box.start(APPS.linked);
+    const sock = join(box.runDir, `${a.pid}.sock`);
+    const out = spawnSync(join(TEST_BUILD, 'protocol_client'), [sock, 'fuzz', '3000', '20261122'], { encoding: 'utf8', timeout: 120_000 });
+    expect(out.stdout).toMatch(/^fuzz: 3000 messages, \d+ answered, \d+ connections dropped; server still serving$/m);
+    expect(out.status).toBe(0);
+    expect(sameBuffers((await a.command('state')).buffers, r.buffers)).toBe(true);
+  });
+
   it.skipIf(!isRoot)('refuses a peer of another uid (needs root to act as a second uid)', async () => {
     const { app: a } = await box.start(APPS.linked);
     const sock = join(box.runDir, `${a.pid}.sock`);

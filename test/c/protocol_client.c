@@ -4,6 +4,8 @@
  *
  *   protocol_client SOCKET all            every scenario below
  *   protocol_client SOCKET as-uid UID     connect as another uid: refused
+ *   protocol_client SOCKET fuzz N SEED    N random messages (seeded), then
+ *                                         a hello that must still work
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -306,6 +308,83 @@ static int as_uid(int uid)
     return 1;
 }
 
+/* Random messages: raw junk, headers of random types with random payloads,
+ * oversized ones. Left out on purpose: SUSPEND_POOL (a peer of the same uid
+ * may legitimately hold the application suspended) and staging sizes that
+ * would pin much host memory in the application. The connection is opened
+ * again whenever the shim drops it. */
+static unsigned long long fuzz_state;
+static unsigned fuzz_next(void)
+{
+    fuzz_state ^= fuzz_state << 13;
+    fuzz_state ^= fuzz_state >> 7;
+    fuzz_state ^= fuzz_state << 17;
+    return (unsigned)(fuzz_state >> 11);
+}
+
+static int fuzz(int n, unsigned long long seed)
+{
+    fuzz_state = seed | 1;
+    static uint8_t buf[GPCK_MAX_MESSAGE + 8192];
+    int fd = connect_shim(), drops = 0, answered = 0;
+    for (int i = 0; i < n; i++) {
+        if (fd < 0) {
+            fd = connect_shim();
+            if (fd < 0)
+                return printf("cannot reconnect after %d messages\n", i), 1;
+        }
+        size_t len;
+        unsigned kind = fuzz_next() % 10;
+        if (kind < 3) { /* raw junk */
+            len = fuzz_next() % 300;
+            for (size_t k = 0; k < len; k++)
+                buf[k] = (uint8_t)fuzz_next();
+        } else if (kind < 9) { /* a header of a random type, random payload */
+            uint16_t type = (uint16_t)(fuzz_next() % 16);
+            if (type == GPCK_SUSPEND_POOL)
+                type = GPCK_STATUS;
+            uint32_t plen = fuzz_next() % 3 ? fuzz_next() % 80 : fuzz_next() % 4096;
+            struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, (uint32_t)i, 0, plen, 0 };
+            if (fuzz_next() % 8 == 0)
+                h.payload_len = fuzz_next(); /* a lying length */
+            memcpy(buf, &h, sizeof(h));
+            for (uint32_t k = 0; k < plen; k++)
+                buf[sizeof(h) + k] = (uint8_t)fuzz_next();
+            if (type == GPCK_STAGING_MAP && plen >= 8) {
+                uint64_t small = fuzz_next() % (64u << 20);
+                memcpy(buf + sizeof(h), &small, sizeof(small));
+            }
+            len = sizeof(h) + plen;
+        } else { /* oversized */
+            len = GPCK_MAX_MESSAGE + 1 + fuzz_next() % 4096;
+            memset(buf, 0x41, len);
+        }
+        if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            close(fd);
+            fd = -1;
+            drops++;
+            continue;
+        }
+        int st = recv_status(fd, NULL, 0);
+        if (st == 1 || st <= -1000) { /* dropped by the shim */
+            close(fd);
+            fd = -1;
+            drops++;
+        } else {
+            answered++;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    int check = connect_shim();
+    int ok = check >= 0 && hello(check) == 0;
+    if (check >= 0)
+        close(check);
+    printf("fuzz: %d messages, %d answered, %d connections dropped; server %s\n", n, answered, drops,
+           ok ? "still serving" : "NOT serving");
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -315,6 +394,8 @@ int main(int argc, char **argv)
     sock_path = argv[1];
     if (!strcmp(argv[2], "as-uid") && argc == 4)
         return as_uid(atoi(argv[3]));
+    if (!strcmp(argv[2], "fuzz") && argc == 5)
+        return fuzz(atoi(argv[3]), strtoull(argv[4], NULL, 0));
     RUN(test_hello_works);
     RUN(test_wrong_client_version_refused);
     RUN(test_truncated_header);

@@ -138,7 +138,11 @@ function mutateStructure(obj: any, rand: () => number): void {
   const r = rand();
   if (r < 0.15 && !Array.isArray(parent)) delete parent[key];
   else if (r < 0.25 && Array.isArray(parent[key]) && parent[key].length) parent[key].push(structuredClone(parent[key][0]));
-  else if (r < 0.35 && typeof parent[key] === 'bigint') parent[key] = parent[key] + BigInt(Math.floor(rand() * 2 ** 32)) - (1n << 31n);
+  else if (r < 0.35 && typeof parent[key] === 'bigint') {
+    // Nudged, but kept within what msgpack can hold (a u64 or an i64).
+    const v = parent[key] + BigInt(Math.floor(rand() * 2 ** 32)) - (1n << 31n);
+    parent[key] = v > (1n << 64n) - 1n ? (1n << 64n) - 1n : v < -(1n << 63n) ? -(1n << 63n) : v;
+  }
   else {
     const wild = WILD_VALUES(rand);
     parent[key] = wild[Math.floor(rand() * wild.length)];
