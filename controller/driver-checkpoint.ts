@@ -24,7 +24,9 @@ export interface GpuPair {
 
 function check(result: number, what: string): void {
   if (result === -1) throw new GpuckptError('NO_DRIVER_CHECKPOINT', 'this NVIDIA driver has no process checkpoint API (driver 570 or newer is needed)');
-  if (result !== 0) throw new GpuckptError('DRIVER_CHECKPOINT', `${what} failed: ${CU_ERRORS[result] ?? `CUresult ${result}`}`);
+  // Out of memory is the one refusal callers act on (a target GPU too full).
+  const code = result === 2 ? 'GPU_OUT_OF_MEMORY' : 'DRIVER_CHECKPOINT';
+  if (result !== 0) throw new GpuckptError(code, `${what} failed: ${CU_ERRORS[result] ?? `CUresult ${result}`}`);
 }
 
 export async function driverStep(step: DriverStep, pid: number, pairs?: GpuPair[]): Promise<void> {

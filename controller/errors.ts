@@ -29,6 +29,7 @@ export type ErrorCode =
   | 'NOT_SUSPENDED'
   | 'ALREADY_SUSPENDED'
   | 'TARGET_NO_MEMORY'
+  | 'GPU_OUT_OF_MEMORY'
   | 'NO_SUCH_GPU'
   // whole-process images
   | 'NO_CRIU'

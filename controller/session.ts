@@ -5,7 +5,7 @@
  * session in order anyway), so calls are queued here.
  */
 import { existsSync } from 'node:fs';
-import { GpuckptError } from './errors.js';
+import { GpuckptError, type ErrorCode } from './errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
 import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
 import {
@@ -85,13 +85,20 @@ export class ShimSession {
     return this.hello.poolState === PoolState.ACTIVE;
   }
 
-  private request<T>(type: number, what: string, args: object = {}, timeoutMs = REQUEST_TIMEOUT_MS): Promise<T> {
+  /** codes: a refusal (errno name) this caller handles, turned into its own error code. */
+  private request<T>(
+    type: number,
+    what: string,
+    args: object = {},
+    timeoutMs = REQUEST_TIMEOUT_MS,
+    codes: Partial<Record<string, ErrorCode>> = {},
+  ): Promise<T> {
     if (this.closed) return Promise.reject(new GpuckptError('SESSION_CLOSED', `session with process ${this.pid} is closed`));
     const run = async (): Promise<T> => {
       try {
         return (await this.conn.request(type, args, timeoutMs)) as T;
       } catch (e) {
-        throw mapError(e, this.pid, what);
+        throw mapError(e, this.pid, what, codes);
       }
     };
     const p = this.queue.then(run, run);
@@ -157,7 +164,7 @@ export class ShimSession {
 
   /** Maps the pool again after a suspend; this session then holds the application. */
   remapPool(): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.REMAP_POOL, 'map the pool again');
+    return this.request(MessageType.REMAP_POOL, 'map the pool again', {}, REQUEST_TIMEOUT_MS, { ENOMEM: 'GPU_OUT_OF_MEMORY' });
   }
 
   /** Closing the socket also makes the shim reopen the gate and drop staging. */
@@ -168,7 +175,7 @@ export class ShimSession {
   }
 }
 
-function mapError(e: unknown, pid: number, what: string): GpuckptError {
+function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<string, ErrorCode>> = {}): GpuckptError {
   const err = e as NativeError;
   if (err instanceof GpuckptError) return err;
   const code = err?.code;
@@ -191,5 +198,5 @@ function mapError(e: unknown, pid: number, what: string): GpuckptError {
     EPERM: 'the application is not paused by this session',
   };
   const why = (code && reason[code]) || err?.message || String(e);
-  return new GpuckptError('SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);
+  return new GpuckptError((code && !err?.transport && codes[code]) || 'SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);
 }

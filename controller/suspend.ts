@@ -134,7 +134,7 @@ export async function resumeProcess(
     } catch (e) {
       // A restore the driver refused leaves the process checkpointed.
       const where = target ? `GPU ${target.uuid}` : 'the GPU';
-      if (isGpuckptError(e) && /OUT_OF_MEMORY/.test(e.message))
+      if (isGpuckptError(e, 'GPU_OUT_OF_MEMORY'))
         throw new GpuckptError('TARGET_NO_MEMORY', `${where} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
     }
@@ -142,7 +142,7 @@ export async function resumeProcess(
     try {
       await session.remapPool();
     } catch (e) {
-      if (!isGpuckptError(e, 'SHIM_ERROR') || !/out of memory/.test(e.message)) throw e;
+      if (!isGpuckptError(e, 'GPU_OUT_OF_MEMORY')) throw e;
       // Stay suspended: free the GPU again, and remember where the driver put us.
       const now = (await session.devices()).map((d) => d.uuid);
       writeFileSync(join(image, CURRENT_DEVICES), JSON.stringify(now));
