@@ -169,8 +169,9 @@ async function copyAndCompress(
   const ring = new StagingRing(staging.size);
   // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
   const limiter = new Limiter(2 * codecs.size);
-  let resumed!: () => void;
-  const afterResume = new Promise<void>((r) => (resumed = r));
+  // Compression may have to wait for release() (see holdCompression).
+  let allowCompression!: () => void;
+  const compressionAllowed = new Promise<void>((r) => (allowCompression = r));
   const frames: FrameRecord[] = [];
   const compressions: Promise<void>[] = [];
   let firstFailure: unknown;
@@ -178,21 +179,24 @@ async function copyAndCompress(
 
   const pauseStart = performance.now();
   const q = await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
-  let paused = true;
+  // True until release() is called: the finally must then let the application go.
+  let holding = true;
   let copySeconds = 0;
   let pauseSeconds = 0;
   let pieces: Piece[] = [];
   let allocations: CopyRun['allocations'] = [];
   let copied = 0;
+  let stagedBytes = 0;
   try {
     allocations = await session.listAllocations();
     pieces = splitIntoPieces(allocations);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
+    stagedBytes = pieces.reduce((s, p) => alignUp(s + p.length), 0);
     // When staging holds everything, compression waits until the
     // application runs again: the copy engines then have host memory
     // bandwidth to themselves and the pause is as short as the DMA.
-    const holdCompression = pieces.reduce((s, p) => alignUp(s + p.length), 0) <= staging.size;
-    if (!holdCompression) resumed();
+    const holdCompression = stagedBytes <= staging.size;
+    if (!holdCompression) allowCompression();
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
@@ -218,33 +222,33 @@ async function copyAndCompress(
     }
     // Everything is in staging: the application may run again (or, for a
     // suspend, the GPU memory can go).
-    paused = false;
+    holding = false;
     try {
       await release();
     } catch (e) {
       firstFailure ??= e;
-      resumed();
+      allowCompression();
       await Promise.allSettled(compressions);
       throw e;
     }
     pauseSeconds = (performance.now() - pauseStart) / 1000;
-    resumed();
+    allowCompression();
     await Promise.all(compressions);
     if (firstFailure) throw firstFailure;
   } finally {
-    if (paused) {
+    if (holding) {
       // Let the application go whatever happened; then wait for workers
       // still reading staging before the caller tears it down.
       await session.resume().catch(() => undefined);
       firstFailure ??= new GpuckptError('INTERNAL', 'checkpoint abandoned');
-      resumed();
+      allowCompression();
       await Promise.allSettled(compressions);
     }
     progress.done();
   }
 
   async function compressAndWrite(piece: Piece, stagingOffset: number): Promise<void> {
-    await afterResume;
+    await compressionAllowed;
     await limiter.run(async () => {
       if (firstFailure) return; // a failed checkpoint writes nothing more
       const data = await codecs.compress(stagingOffset, piece.length, level);
@@ -264,6 +268,6 @@ async function copyAndCompress(
     copySeconds,
     drainSeconds: seconds(q.drainNs),
     syncSeconds: seconds(q.syncNs),
-    ringMode: pieces.reduce((s, p) => alignUp(s + p.length), 0) > staging.size,
+    ringMode: stagedBytes > staging.size,
   };
 }
