@@ -54,12 +54,17 @@ function withTransferOptions(cmd: Command, workersWhat: string): Command {
     .option('--workers <n>', `${workersWhat} threads (default: cores - 1)`);
 }
 
-/** Staging limit, worker count, and progress on stderr unless --json. */
+/** Progress goes to stderr only when it is a terminal and stdout is not JSON. */
+function showProgress(opts: { json?: boolean }): boolean {
+  return !opts.json && process.stderr.isTTY;
+}
+
+/** Staging limit, worker count, and whether to show progress. */
 function transfer(opts: TransferFlags) {
   return {
     stagingLimit: opts.staging ? parseSize(opts.staging, '--staging') : undefined,
     workers: opts.workers ? parseWorkers(opts.workers) : undefined,
-    progress: !opts.json && process.stderr.isTTY,
+    progress: showProgress(opts),
   };
 }
 
@@ -161,7 +166,7 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held']))
     .action(async (pidText: string, opts: { to?: string; force?: boolean; json?: boolean }) => {
-      const s = await suspendProcess(parsePid(pidText), { to: opts.to, force: opts.force, progress: !opts.json && process.stderr.isTTY });
+      const s = await suspendProcess(parsePid(pidText), { to: opts.to, force: opts.force, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(s));
       else printSuspend(s);
     });
@@ -174,7 +179,7 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt resume 4242', 'gpuckpt resume 4242 --device 1']))
     .action(async (pidText: string, opts: { device?: string; json?: boolean }) => {
-      const r = await resumeProcess(parsePid(pidText), { device: opts.device, progress: !opts.json && process.stderr.isTTY });
+      const r = await resumeProcess(parsePid(pidText), { device: opts.device, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(r));
       else printResume(r);
     });
@@ -187,7 +192,7 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt migrate 4242 --to-device 1']))
     .action(async (pidText: string, opts: { toDevice: string; json?: boolean }) => {
-      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { progress: !opts.json && process.stderr.isTTY });
+      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { progress: showProgress(opts) });
       if (opts.json) console.log(toJson(m));
       else printMigrate(m);
     });
@@ -200,7 +205,7 @@ function buildProgram(): Command {
     .option('--no-verify', 'skip decompressing every frame')
     .addHelpText('after', examples(['gpuckpt inspect /ckpt/step1000', 'gpuckpt inspect snap --json']))
     .action(async (image: string, opts: { json?: boolean; verify: boolean }) => {
-      const report = await inspectImage(image, { verify: opts.verify, progress: !opts.json && process.stderr.isTTY });
+      const report = await inspectImage(image, { verify: opts.verify, progress: showProgress(opts) });
       if (opts.json) console.log(inspectJson(report));
       else printInspect(report);
       if (report.problem) throw new GpuckptError('IMAGE_DATA_CORRUPT', report.problem);

@@ -9,7 +9,6 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { Packr } from 'msgpackr';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { compress as zstdCompress } from 'zstd-napi';
 import { GpuckptError, type ErrorCode } from '../controller/errors.js';
@@ -30,6 +29,7 @@ import {
   type Manifest,
 } from '../controller/image/index.js';
 import { writerTestHooks } from '../controller/image/writer.js';
+import { encodeBySpec } from './helpers/manifest-bytes.js';
 
 const KiB = 1024n;
 const MiB = 1024n * KiB;
@@ -116,17 +116,6 @@ function sampleManifest(): Manifest {
   const allocs = structuredClone(SAMPLE_ALLOCS);
   const { frames, storedBytes } = framesFor(allocs);
   return baseManifest(allocs, frames, storedBytes);
-}
-
-/** Encode a payload exactly as the format spec says, independently of manifest.ts. */
-function encodeBySpec(payload: unknown, version = 1): Buffer {
-  const body = new Packr({ useRecords: false, int64AsType: 'bigint', largeBigIntToFloat: false }).pack(payload);
-  const header = Buffer.alloc(48);
-  header.write('GPUCKPT\0', 0, 'latin1');
-  header.writeUInt32LE(version, 8);
-  header.writeUInt32LE(body.length, 12);
-  createHash('sha256').update(body).digest().copy(header, 16);
-  return Buffer.concat([header, body]);
 }
 
 function codeOf(f: () => unknown): ErrorCode | 'no error' | 'not a GpuckptError' {

@@ -10,11 +10,10 @@
  * GpuckptError; anything else (another exception, a crash, a manifest
  * accepted with frames outside its allocations or pool) is a finding.
  */
-import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Packr } from 'msgpackr';
 import { GpuckptError } from '../../controller/errors.js';
+import { decodeBySpec, encodeBySpec } from '../helpers/manifest-bytes.js';
 import {
   compressFrame,
   DATA_FILE,
@@ -42,8 +41,6 @@ function rng(seed: number): () => number {
     return Number(((x * 0x2545f4914f6cdd1dn) & 0xffffffffffffffffn) >> 11n) / 2 ** 53;
   };
 }
-
-const packr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', largeBigIntToFloat: false, moreTypes: false });
 
 /** A small, valid image: 2 devices, allocations of several sizes, random and zero data. */
 function baseImage(rand: () => number): { manifest: Manifest; data: Buffer } {
@@ -86,17 +83,6 @@ function baseImage(rand: () => number): { manifest: Manifest; data: Buffer } {
     data: { file: 'pool.zst', frames, rawBytes: BigInt(frames.reduce((s, f) => s + f.length, 0)), storedBytes: BigInt(data.length) },
   };
   return { manifest, data };
-}
-
-/** The manifest file for any payload object, with a correct header and hash. */
-function signed(payloadObject: unknown): Buffer {
-  const payload = packr.pack(payloadObject);
-  const header = Buffer.alloc(48);
-  header.write('GPUCKPT\0', 0, 'latin1');
-  header.writeUInt32LE(FORMAT_VERSION, 8);
-  header.writeUInt32LE(payload.length, 12);
-  createHash('sha256').update(payload).digest().copy(header, 16);
-  return Buffer.concat([header, payload]);
 }
 
 const WILD_VALUES = (rand: () => number): unknown[] => [
@@ -196,7 +182,7 @@ export async function fuzzImages(opts: { seed: number; count: number; dir: strin
   const rand = rng(opts.seed);
   const { manifest, data } = baseImage(rand);
   const good = encodeManifest(manifest);
-  const decoded = packr.unpack(good.subarray(48));
+  const decoded = decodeBySpec(good);
   const dir = join(opts.dir, 'image');
   mkdirSync(dir, { recursive: true });
   const result: FuzzResult = { inputs: 0, accepted: 0, refused: {} };
@@ -208,7 +194,7 @@ export async function fuzzImages(opts: { seed: number; count: number; dir: strin
     else if (kind < 0.75) {
       const m = structuredClone(decoded);
       for (let k = 1 + Math.floor(rand() * 3); k > 0; k--) mutateStructure(m, rand);
-      manifestBytes = signed(m);
+      manifestBytes = encodeBySpec(m, FORMAT_VERSION);
     } else dataBytes = mutateBytes(data, rand);
     writeFileSync(join(dir, MANIFEST_FILE), manifestBytes);
     writeFileSync(join(dir, DATA_FILE), dataBytes);
