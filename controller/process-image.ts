@@ -19,7 +19,8 @@ import { GpuckptError } from './errors.js';
 import { ImageReader, removeStaleTempDirs } from './image/index.js';
 import { tempDirName } from './image/temp-dirs.js';
 import { isAlive } from './processes.js';
-import { resolveGpu, resumeProcess, suspendProcess, type ResumeSummary } from './suspend.js';
+import { checkGpuRoom, readGpuNeeds } from './gpu-room.js';
+import { gpuPairs, resolveGpu, resumeProcess, suspendProcess, type ResumeSummary } from './suspend.js';
 import { round } from './units.js';
 import { native } from '../native/index.js';
 
@@ -118,6 +119,8 @@ export async function restoreProcess(
   const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
   refuseOtherChip(m.devices.map((d) => d.name), target?.name);
   if (isAlive(info.pid)) throw new GpuckptError('PID_IN_USE', `process ${info.pid} is running: CRIU restores a process under its own PID, which must be free`);
+  const taken = m.devices.map((d) => d.uuid);
+  checkGpuRoom(info.pid, readGpuNeeds(reader.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
 
   const pidFile = join(dir, `restore-${process.pid}.pid`);
   const child = criuRestore(criu, dir, { detach: !!opts.detach, shellJob: info.shellJob, pidFile });

@@ -17,6 +17,7 @@ import { dirname, join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions } from './checkpoint.js';
 import { driverFreeze, driverThaw, type GpuPair } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
+import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { ImageReader } from './image/index.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
@@ -66,6 +67,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
+    const needs = measureGpuNeeds(pid, await session.devices(), status);
     // The process stays paused while the image is written (release: keep
     // the gate); a long lease, since compression sends the shim nothing.
     const written = await writePoolImage(
@@ -75,6 +77,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       async () => undefined,
     );
     try {
+      writeGpuNeeds(image, needs);
       await session.suspendPool(image);
     } catch (e) {
       // Still running (the gate reopens as the session closes): the image
@@ -128,6 +131,7 @@ export async function resumeProcess(
     const current = currentDevices(image) ?? reader.manifest.devices.map((d) => d.uuid);
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
+    checkGpuRoom(pid, readGpuNeeds(image), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
 
     try {
       await driverThaw(pid, pairs);

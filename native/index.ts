@@ -108,6 +108,10 @@ interface NativeModule {
     pairs?: { from: string; to: string }[],
   ): Promise<{ result: number; state?: number }>;
   listGpus(): { ordinal: number; name: string; uuid: string }[];
+  /** NVML's view; null without NVML. */
+  gpuMemory(): { uuid: string; free: bigint; total: bigint }[] | null;
+  /** What one process holds per GPU; null when NVML cannot say. */
+  processGpuMemory(pid: number): { uuid: string; bytes: bigint }[] | null;
   protocolVersion: number;
 }
 

@@ -58,7 +58,7 @@ describe('whole-process checkpoint', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(json(r.stdout)).toMatchObject({ pid: app.pid, image: out, leftRunning: true, criuVersion: '4.1.1' });
-    expect(readdirSync(out).sort()).toEqual(['criu', 'manifest', 'pool.zst']);
+    expect(readdirSync(out).sort()).toEqual(['criu', 'gpu-needs.json', 'manifest', 'pool.zst']);
     expect(JSON.parse(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ pid: app.pid, shellJob: false });
     expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, leaveRunning: 1 });
     const ins = json(cli(['inspect', out, '--json']).stdout);
@@ -107,6 +107,18 @@ describe('whole-process restore refusals', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^gpuckpt: image manifest .* is not a gpuckpt manifest/);
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false); // CRIU never started
+  });
+
+  it('refuses a target GPU without room before CRIU runs', async () => {
+    const { app } = await start();
+    const out = box.path('no-room');
+    expect(cli(['checkpoint', String(app.pid), '-o', out]).code).toBe(0);
+    app.child.kill('SIGKILL'); // the fake CRIU only stops the dumped process
+    while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((r) => setTimeout(r, 20));
+    const r = cli(['restore', out], { FAKE_NVML_FREE_MIB: '100' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^gpuckpt: GPU \S+ has 100.0 MiB free; process \d+ needs .* there \(pool 64.0 MiB, about 768.0 MiB of CUDA context\): nothing was restored; choose another GPU with --device\n$/);
+    expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false);
   });
 });
 

@@ -98,6 +98,19 @@ describe('suspend and resume', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
+  it('a target GPU that NVML shows too full is refused before the driver restores anything', async () => {
+    const { app, ready } = await start();
+    // NVML sees the process holding 900 MiB on GPU 0, of which the pool is a few MiB.
+    const seen = { FAKE_NVML_PROCESS_PID: String(app.pid), FAKE_NVML_PROCESS_MIB: '900' };
+    expect(cli(['suspend', String(app.pid)], seen).code).toBe(0);
+    const full = cli(['resume', String(app.pid), '--device', '1'], { FAKE_NVML_FREE_MIB: '81920,512' });
+    expect(full.code).toBe(1);
+    expect(full.stderr).toMatch(/^gpuckpt: GPU GPU-46414b45-0100-\S+ has 512.0 MiB free; process \d+ needs 964.0 MiB there \(pool 64.0 MiB, 836.0 MiB of CUDA context\): process \d+ stays suspended; resume it with --device on another GPU\n$/);
+    expect(driverState(app.pid)).toBe('checkpointed'); // the driver was never asked
+    expect(cli(['resume', String(app.pid), '--device', '1'], { FAKE_NVML_FREE_MIB: '81920,2048' }).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
   it('a driver checkpoint that fails: the process is resumed and says so', async () => {
     const { app, ready } = await start();
     const s = cli(['suspend', String(app.pid)], { FAKE_CUDA_FAIL: 'cuCheckpointProcessCheckpoint:1' });

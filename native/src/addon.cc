@@ -5,6 +5,7 @@
 
 #include "driver_checkpoint.h"
 #include "driver_probe.h"
+#include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
 #include "session.h"
 #include "shared_memory.h"
@@ -19,6 +20,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));
   exports.Set("driverCheckpoint", Napi::Function::New(env, DriverCheckpoint, "driverCheckpoint"));
   exports.Set("listGpus", Napi::Function::New(env, ListGpus, "listGpus"));
+  exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
+  exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   return exports;
 }
