@@ -159,9 +159,9 @@ function buildProgram(): Command {
 
   program
     .command('suspend')
-    .description('free the GPU entirely while the process stays alive; its pool is held compressed in host memory')
+    .description('free the GPU entirely while the process stays alive; its pool is held in host memory (or as an image with --to)')
     .argument('<pid>', 'process ID of an application started with gpuckpt run')
-    .option('--to <dir>', 'hold the pool image in this directory instead of /dev/shm')
+    .option('--to <dir>', 'also write the pool as a compressed image to this directory, and hold it there instead of in memory')
     .option('--force', 'replace an existing image at --to')
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held']))

@@ -74,7 +74,8 @@ export function printInspect(r: InspectReport): void {
 }
 
 export function printSuspend(s: SuspendSummary): void {
-  console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held at ${s.image} as ${formatBytes(s.storedBytes)}`);
+  const where = s.heldIn === 'memory' ? 'in host memory' : `at ${s.image} as ${formatBytes(s.storedBytes)}`;
+  console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held ${where}`);
   console.log(`  pool memory released after ${s.poolReleasedSeconds} s, GPU free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
 }
 

@@ -14,6 +14,7 @@ import { Limiter } from './limiter.js';
 import { FORMAT_VERSION, ImageWriter, type FrameRecord, type Manifest } from './image/index.js';
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
+import type { Placed } from './held-memory.js';
 import { ShimSession, type StagingMemory } from './session.js';
 import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, splitIntoPieces, StagingRing, stagingBytes, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
@@ -61,16 +62,23 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
   }
 }
 
+/** What staging holds when release() is called. */
+export interface Staged {
+  /** Every piece is in staging at once (no region was reused): staging alone can restore the pool. */
+  complete: boolean;
+  groups: Placed[][];
+}
+
 /**
  * Pauses the process behind session, copies its pool into staging, calls
- * release() once every byte is in host memory (checkpoint: let the
- * application go; suspend: give the GPU back), and writes the image.
+ * release() once every byte has been through host memory (checkpoint: let
+ * the application go; suspend: give the GPU back), and writes the image.
  */
 export async function writePoolImage(
   session: ShimSession,
   out: string,
   opts: CheckpointOptions,
-  release: () => Promise<unknown>,
+  release: (staged: Staged) => Promise<unknown>,
 ): Promise<CheckpointSummary> {
   const t0 = performance.now();
   const pid = session.pid;
@@ -162,7 +170,7 @@ async function copyAndCompress(
   codecs: CodecPool,
   writer: ImageWriter,
   opts: CheckpointOptions,
-  release: () => Promise<unknown>,
+  release: (staged: Staged) => Promise<unknown>,
 ): Promise<CopyRun> {
   const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
@@ -187,6 +195,7 @@ async function copyAndCompress(
   let allocations: CopyRun['allocations'] = [];
   let copied = 0;
   let stagedBytes = 0;
+  const groups: Placed[][] = [];
   try {
     allocations = await session.listAllocations();
     pieces = splitIntoPieces(allocations);
@@ -206,9 +215,9 @@ async function copyAndCompress(
       } while (i < pieces.length && batch.length < MAX_RANGES_PER_COPY && !ring.wraps(pieces[i]!.length));
       if (firstFailure) throw firstFailure;
       const c0 = performance.now();
-      await session.copyOut(
-        batch.map(({ piece, offset }) => ({ device: piece.device, addr: piece.addr, length: piece.length, stagingOffset: offset })),
-      );
+      const ranges = batch.map(({ piece, offset }) => ({ device: piece.device, addr: piece.addr, length: piece.length, stagingOffset: offset }));
+      await session.copyOut(ranges);
+      groups.push(ranges);
       copySeconds += (performance.now() - c0) / 1000;
       for (const { piece, offset } of batch) {
         const job = compressAndWrite(piece, offset).catch((e) => {
@@ -224,7 +233,7 @@ async function copyAndCompress(
     // suspend, the GPU memory can go).
     holding = false;
     try {
-      await release();
+      await release({ complete: stagedBytes <= staging.size, groups });
     } catch (e) {
       firstFailure ??= e;
       allowCompression();

@@ -41,6 +41,7 @@ export type ErrorCode =
   | 'NO_NVCC'
   | 'NO_SHIM'
   | 'BAD_ARGUMENT'
+  | 'INJECTED_FAULT'
   | 'INTERNAL';
 
 export class GpuckptError extends Error {

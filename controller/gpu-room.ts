@@ -28,14 +28,24 @@ export interface GpuNeed {
   otherBytes?: string;
 }
 
-/** Taken while the pool is still mapped: NVML's figure for the process includes it. */
+/**
+ * Taken while the pool is still mapped: NVML's figure for the process
+ * includes it. A GPU where NVML lists the process nowhere gives no figure;
+ * where it lists it on other GPUs only, it holds nothing on this one.
+ */
 export function measureGpuNeeds(pid: number, devices: DeviceInfo[], status: StatusReply): GpuNeed[] {
   const held = native().processGpuMemory(pid);
+  const anyPool = status.devices.some((d) => d.bytesMapped > 0n);
   return devices.map((d, i) => {
     const pool = status.devices[i]?.bytesMapped ?? 0n;
-    const total = held?.find((h) => h.uuid.toLowerCase() === d.uuid.toLowerCase())?.bytes;
     const need: GpuNeed = { uuid: d.uuid, poolBytes: String(pool) };
-    if (total !== undefined) need.otherBytes = String(total > pool ? total - pool : 0n);
+    if (held) {
+      const total = held.find((h) => h.uuid.toLowerCase() === d.uuid.toLowerCase())?.bytes ?? 0n;
+      need.otherBytes = String(total > pool ? total - pool : 0n);
+    } else if (pool === 0n && (anyPool || i > 0)) {
+      // Unseen by NVML: a context is assumed only where the process has memory (or on its first GPU).
+      need.otherBytes = '0';
+    }
     return need;
   });
 }

@@ -27,6 +27,10 @@ const LIST_PAGE = 4096;
 const REQUEST_TIMEOUT_MS = 60_000;
 
 /** The shim's staging memfd, received over the socket; the codec workers map it. */
+/** Flags of the protocol header (GPCK_STAGING_HELD, GPCK_SUSPEND_HOLD_STAGING). */
+const STAGING_HELD = 1;
+const SUSPEND_HOLD_STAGING = 1;
+
 export interface StagingMemory {
   fd: number;
   size: number;
@@ -138,12 +142,15 @@ export class ShimSession {
     }
   }
 
-  /** Asks the shim for size bytes of registered staging memory. */
-  async mapStaging(size: number): Promise<StagingMemory> {
+  /**
+   * Asks the shim for size bytes of registered staging memory, or (held)
+   * for the staging memory a suspend kept with the pool's data in it.
+   */
+  async mapStaging(size: number, held = false): Promise<StagingMemory> {
     const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
       MessageType.STAGING_MAP,
-      'map staging memory',
-      { size: BigInt(size) },
+      held ? 'map the held pool data' : 'map staging memory',
+      { size: BigInt(size), flags: held ? STAGING_HELD : 0 },
     );
     if (rep.fd === undefined) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
     return { fd: rep.fd, size: Number(rep.size), registerNs: rep.registerNs };
@@ -157,9 +164,18 @@ export class ShimSession {
     return this.request(MessageType.COPY_IN, 'copy in', { ranges });
   }
 
-  /** Releases the pool's GPU memory; the application stays held (see the protocol header). */
-  suspendPool(image: string): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image });
+  /**
+   * Releases the pool's GPU memory; the application stays held (see the
+   * protocol header). holdStaging: the data is in this session's staging
+   * memory, which the shim keeps; image then describes its layout.
+   */
+  suspendPool(image: string, holdStaging = false): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image, flags: holdStaging ? SUSPEND_HOLD_STAGING : 0 });
+  }
+
+  /** The held data is now saved at image: the shim frees its copy. */
+  dropHeld(image: string): Promise<void> {
+    return this.request(MessageType.DROP_HELD, 'free the held pool data', { image });
   }
 
   /** Maps the pool again after a suspend; this session then holds the application. */

@@ -2,22 +2,28 @@
  * Suspend, resume and migrate: the process stays alive while its GPU is
  * freed entirely, and comes back on the same or another GPU of the host.
  *
- * suspend: pause, copy the pool to host memory and write its image
- * (compressed, in /dev/shm unless --to DIR), release the pool's GPU memory
- * (the shim keeps the process held), and let the driver take the rest of
- * its CUDA state to host memory (cuCheckpointProcessLock + Checkpoint). The
- * pool is released only once its image is complete: a write that fails
- * (disk full) leaves the process running, never without its data.
+ * suspend: pause, copy the whole pool by DMA into staging memory, release
+ * the pool's GPU memory at once (the shim keeps the process held, and keeps
+ * the staging memory: the data is safe in host memory), and let the driver
+ * take the rest of the CUDA state to host memory (cuCheckpointProcessLock +
+ * Checkpoint). The GPU is free after one DMA and the driver's step; nothing
+ * is compressed on the way. With --to DIR a compressed image is written
+ * from the same memory after the GPU is free, and the held copy is dropped
+ * once the image is complete. When the host cannot hold the pool at once,
+ * the image is written first (compressed, /dev/shm unless --to) and the
+ * pool released after.
  * resume: driver restore (remapped onto the target GPU when asked), map the
- * pool again at the same addresses, load the image, let the process go.
+ * pool again at the same addresses, DMA the held data (or load the image)
+ * back, let the process go.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { writePoolImage, type CheckpointOptions } from './checkpoint.js';
+import { join, resolve } from 'node:path';
+import { writePoolImage, type CheckpointOptions, type Staged } from './checkpoint.js';
 import { driverFreeze, driverThaw, type GpuPair } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
+import { copyHeldIn, readHeldLayout, removeHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
@@ -25,16 +31,21 @@ import { formatBytes, round } from './units.js';
 import { native, PoolState } from '../native/index.js';
 
 /** The GPUs the process's ordinals stand for now, written beside the held
- * image when a driver restore has moved them and the process was frozen
- * again (a resume that found no memory on its target). */
+ * data when a driver restore has moved them and the process was frozen
+ * again (a resume that found no memory for the pool on its target). */
 const CURRENT_DEVICES = 'current-devices.json';
 const SUSPEND_LEASE_MS = 10 * 60_000;
 
 export interface SuspendSummary {
   pid: number;
+  /** Where the pool's data is held: the hold directory (in memory) or the image. */
   image: string;
+  heldIn: 'memory' | 'image';
   rawBytes: number;
+  /** Bytes of the image; 0 while the data is held in memory. */
   storedBytes: number;
+  /** The DMA out, in the application's pause. */
+  copyGBps: number;
   /** From the start to the pool's GPU memory being released. */
   poolReleasedSeconds: number;
   /** From the start to the driver holding no GPU memory for the process. */
@@ -53,6 +64,7 @@ export interface ResumeSummary {
   seconds: number;
 }
 
+/** Where a suspended process's pool is described (and, without room in memory, stored). */
 export function defaultHoldDir(pid: number): string {
   const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
   return join(base, `gpuckpt-${process.getuid?.() ?? 0}`, `suspended-${pid}`);
@@ -60,56 +72,116 @@ export function defaultHoldDir(pid: number): string {
 
 export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string } = {}): Promise<SuspendSummary> {
   const t0 = performance.now();
-  const image = resolve(opts.to ?? defaultHoldDir(pid));
-  if (!opts.to) mkdirSync(dirname(image), { recursive: true, mode: 0o700 });
+  const holdDir = defaultHoldDir(pid);
   const session = await ShimSession.open(pid);
   try {
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
-    const needs = measureGpuNeeds(pid, await session.devices(), status);
-    // The process stays paused while the image is written (release: keep
-    // the gate); a long lease, since compression sends the shim nothing.
-    const written = await writePoolImage(
-      session,
-      image,
-      { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS },
-      async () => undefined,
-    );
-    try {
-      writeGpuNeeds(image, needs);
-      await session.suspendPool(image);
-    } catch (e) {
-      // Still running (the gate reopens as the session closes): the image
-      // in the default place would only be litter.
-      if (!opts.to) rmSync(image, { recursive: true, force: true });
-      throw e;
-    }
-    const poolReleasedAt = performance.now();
-    try {
-      await driverFreeze(pid);
-    } catch (e) {
-      // The pool is released and its image complete: bring the process back from it.
-      const back = await resumeProcess(pid, { keepImage: true }).then(
-        () => true,
-        () => false,
-      );
-      const code = isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT';
-      if (!back) throw new GpuckptError(code, `suspend failed and process ${pid} could not be resumed; its pool is held at ${image} (gpuckpt resume ${pid}): ${(e as Error).message}`);
-      throw new GpuckptError(code, `suspend failed, process ${pid} resumed: ${(e as Error).message}`);
-    }
-    const gpuFree = performance.now();
-    return {
-      pid,
-      image,
-      rawBytes: written.rawBytes,
-      storedBytes: written.storedBytes,
-      poolReleasedSeconds: round((poolReleasedAt - t0) / 1000),
-      gpuFreeSeconds: round((gpuFree - t0) / 1000),
-      seconds: round((performance.now() - t0) / 1000),
+    const devices = await session.devices();
+    const needs = measureGpuNeeds(pid, devices, status);
+    rmSync(holdDir, { recursive: true, force: true });
+    mkdirSync(holdDir, { recursive: true, mode: 0o700 });
+    const times = { released: 0, gpuFree: 0 };
+
+    /** Staging holds the whole pool: hand it to the shim, free the GPU. */
+    const releaseHeld = async (layout: HeldLayout) => {
+      writeHeldLayout(holdDir, layout);
+      writeGpuNeeds(holdDir, needs);
+      try {
+        await session.suspendPool(holdDir, true);
+      } catch (e) {
+        rmSync(holdDir, { recursive: true, force: true }); // still running: the gate reopens as the session closes
+        throw e;
+      }
+      times.released = performance.now();
+      await freezeOrResume(pid);
+      times.gpuFree = performance.now();
     };
+
+    if (!opts.to) {
+      const staged = await stagePool(session, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS });
+      if (staged) {
+        try {
+          await releaseHeld(staged.layout);
+        } finally {
+          native().closeFd(staged.staging.fd);
+        }
+        return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times);
+      }
+    }
+
+    // Through an image: at DIR, or in the hold directory when the host
+    // cannot hold the raw pool at once.
+    const image = opts.to ? resolve(opts.to) : join(holdDir, 'image');
+    let held = false;
+    let written;
+    try {
+      written = await writePoolImage(
+        session,
+        image,
+        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS },
+        async (staged: Staged) => {
+          if (!staged.complete) return; // staging was reused: the image must be complete first
+          held = true;
+          await releaseHeld({ rawBytes: staged.groups.flat().reduce((s, p) => s + p.length, 0), devices: devices.map((d) => d.uuid), groups: staged.groups });
+        },
+      );
+    } catch (e) {
+      if (!held || !times.gpuFree) throw e;
+      // Suspended with the data in memory, but no image: resume rather than
+      // leave the process without the image it was promised.
+      const back = await resumeProcess(pid).then(() => true, () => false);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its pool in memory (gpuckpt resume ${pid})`}`);
+    }
+    writeGpuNeeds(image, needs);
+    if (held) {
+      await session.dropHeld(image);
+      rmSync(holdDir, { recursive: true, force: true });
+    } else {
+      try {
+        await session.suspendPool(image);
+      } catch (e) {
+        // Still running (the gate reopens as the session closes).
+        if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
+        throw e;
+      }
+      times.released = performance.now();
+      await freezeOrResume(pid, image);
+      times.gpuFree = performance.now();
+    }
+    return summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times);
   } finally {
     session.close();
+  }
+}
+
+function summary(pid: number, image: string, heldIn: 'memory' | 'image', raw: number, stored: number, copyGBps: number, t0: number, times: { released: number; gpuFree: number }): SuspendSummary {
+  return {
+    pid,
+    image,
+    heldIn,
+    rawBytes: raw,
+    storedBytes: stored,
+    copyGBps: round(copyGBps, 2),
+    poolReleasedSeconds: round((times.released - t0) / 1000),
+    gpuFreeSeconds: round((times.gpuFree - t0) / 1000),
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
+
+/** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */
+async function freezeOrResume(pid: number, image?: string): Promise<void> {
+  try {
+    await driverFreeze(pid);
+  } catch (e) {
+    const back = await resumeProcess(pid, { keepImage: true, image }).then(
+      () => true,
+      () => false,
+    );
+    const code = isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT';
+    if (!back) throw new GpuckptError(code, `suspend failed and process ${pid} could not be resumed; its pool is held (gpuckpt resume ${pid}): ${(e as Error).message}`);
+    throw new GpuckptError(code, `suspend failed, process ${pid} resumed: ${(e as Error).message}`);
   }
 }
 
@@ -126,20 +198,23 @@ export async function resumeProcess(
     if (status.poolState !== PoolState.SUSPENDED) throw new GpuckptError('NOT_SUSPENDED', `process ${pid} is not suspended`);
     // A process restored by CRIU remembers where its pool was held while
     // the image was being made; the image's final place is given instead.
-    const image = opts.image ?? status.heldImage;
-    reader = await ImageReader.open(image);
-    const current = currentDevices(image) ?? reader.manifest.devices.map((d) => d.uuid);
+    const where = opts.image ?? status.heldImage;
+    const layout = opts.image ? undefined : readHeldLayout(where);
+    if (!layout) reader = await ImageReader.open(where);
+    const taken = layout?.devices ?? reader!.manifest.devices.map((d) => d.uuid);
+    const rawBytes = layout?.rawBytes ?? Number(reader!.manifest.data.rawBytes);
+    const current = currentDevices(where) ?? taken;
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
-    checkGpuRoom(pid, readGpuNeeds(image), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
+    checkGpuRoom(pid, readGpuNeeds(where), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
 
     try {
       await driverThaw(pid, pairs);
     } catch (e) {
       // A restore the driver refused leaves the process checkpointed.
-      const where = target ? `GPU ${target.uuid}` : 'the GPU';
+      const gpu = target ? `GPU ${target.uuid}` : 'the GPU';
       if (isGpuckptError(e, 'GPU_OUT_OF_MEMORY'))
-        throw new GpuckptError('TARGET_NO_MEMORY', `${where} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
+        throw new GpuckptError('TARGET_NO_MEMORY', `${gpu} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
     }
     const thawed = performance.now();
@@ -149,25 +224,29 @@ export async function resumeProcess(
       if (!isGpuckptError(e, 'GPU_OUT_OF_MEMORY')) throw e;
       // Stay suspended: free the GPU again, and remember where the driver put us.
       const now = (await session.devices()).map((d) => d.uuid);
-      writeFileSync(join(image, CURRENT_DEVICES), JSON.stringify(now));
+      writeFileSync(join(where, CURRENT_DEVICES), JSON.stringify(now));
       await driverFreeze(pid);
-      const need = formatBytes(reader.manifest.data.rawBytes);
-      throw new GpuckptError('TARGET_NO_MEMORY', `${target ? `GPU ${target.uuid}` : 'the GPU'} has no room for the pool (${need}): process ${pid} stays suspended; resume it with --device on another GPU`);
+      throw new GpuckptError('TARGET_NO_MEMORY', `${target ? `GPU ${target.uuid}` : 'the GPU'} has no room for the pool (${formatBytes(rawBytes)}): process ${pid} stays suspended; resume it with --device on another GPU`);
     }
     const remapped = performance.now();
-    loader = await PoolLoader.prepare(session, reader, opts);
-    const copySeconds = await loader.copyIn(session);
+    let copySeconds: number;
+    if (layout) {
+      copySeconds = (await copyHeldIn(session, layout)).copySeconds;
+    } else {
+      loader = await PoolLoader.prepare(session, reader!, opts);
+      copySeconds = await loader.copyIn(session);
+    }
     await session.resume();
-    const raw = Number(reader.manifest.data.rawBytes);
-    if (!opts.keepImage && image === defaultHoldDir(pid)) rmSync(image, { recursive: true, force: true });
+    if (layout) removeHeldLayout(where);
+    if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
     return {
       pid,
-      image,
+      image: where,
       device: target?.uuid,
-      rawBytes: raw,
+      rawBytes,
       driverRestoreSeconds: round((thawed - t0) / 1000),
       remapSeconds: round((remapped - thawed) / 1000),
-      copyGBps: round(raw / 1e9 / Math.max(copySeconds, 1e-9), 2),
+      copyGBps: round(rawBytes / 1e9 / Math.max(copySeconds, 1e-9), 2),
       seconds: round((performance.now() - t0) / 1000),
     };
   } finally {

@@ -24,6 +24,8 @@ static CUstream copy_streams[GPCK_MAX_DEVICES];
  * memory whose contents were never restored. */
 static enum { RUNNING, SUSPENDED, RESTORING } suspension = RUNNING;
 static char held_image[GPCK_PATH_LEN];
+/* The pool's data itself, when a suspend kept it in staging memory. */
+static struct gp_held held_data = { .fd = -1 };
 
 static uint32_t pool_state_now(void)
 {
@@ -149,21 +151,40 @@ static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
     c->holds_gate = false;
     suspension = RUNNING;
     held_image[0] = 0;
+    gp_held_drop(&held_data);
     return 0;
 }
 
-static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len, struct gpck_pool_rep *rep)
+static int read_suspend_req(const void *payload, uint32_t len, const struct gpck_suspend_req **out)
 {
     if (len != sizeof(struct gpck_suspend_req))
         return -EPROTO;
     const struct gpck_suspend_req *req = payload;
     if (!memchr(req->image, 0, sizeof(req->image)))
         return -ENAMETOOLONG;
+    if (req->flags & ~GPCK_SUSPEND_HOLD_STAGING)
+        return -EINVAL;
+    *out = req;
+    return 0;
+}
+
+static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len, struct gpck_pool_rep *rep)
+{
+    const struct gpck_suspend_req *req;
+    int err = read_suspend_req(payload, len, &req);
+    if (err)
+        return err;
     if (gate_holder != c || suspension != RUNNING)
         return -EPERM;
+    bool hold = req->flags & GPCK_SUSPEND_HOLD_STAGING;
+    if (hold && !c->staging.base)
+        return -ENOENT;
     uint64_t t0 = gp_now_ns();
-    /* Pinned staging is CUDA state too: drop it before the driver saves it. */
-    gp_staging_destroy(&c->staging);
+    /* Pinned staging is CUDA state too: unpin it before the driver saves it. */
+    if (hold)
+        gp_staging_hold(&c->staging, &held_data);
+    else
+        gp_staging_destroy(&c->staging);
     rep->bytes = gp_pool_release_all();
     rep->ns = gp_now_ns() - t0;
     memcpy(held_image, req->image, sizeof(held_image));
@@ -171,8 +192,23 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
     /* The gate stays closed, held by no one. */
     gate_holder = NULL;
     c->holds_gate = false;
-    GP_INFO("control", "suspended: released %llu MiB; data held at %s", (unsigned long long)(rep->bytes >> 20),
-            held_image);
+    GP_INFO("control", "suspended: released %llu MiB; data held %s %s", (unsigned long long)(rep->bytes >> 20),
+            hold ? "in host memory, described at" : "at", held_image);
+    return 0;
+}
+
+static int handle_drop_held(const void *payload, uint32_t len)
+{
+    const struct gpck_suspend_req *req;
+    int err = read_suspend_req(payload, len, &req);
+    if (err)
+        return err;
+    if (suspension != SUSPENDED)
+        return -EINVAL;
+    if (held_data.fd < 0)
+        return -ENOENT;
+    gp_held_drop(&held_data);
+    memcpy(held_image, req->image, sizeof(held_image));
     return 0;
 }
 
@@ -243,9 +279,13 @@ static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
     const struct gpck_staging_req *req = payload;
+    if (req->flags & ~GPCK_STAGING_HELD)
+        return -EINVAL;
     gp_staging_destroy(&c->staging);
     memset(rep, 0, sizeof(*rep));
-    int err = gp_staging_create(req->size, first_active_device(), &c->staging, &rep->register_ns);
+    int err = req->flags & GPCK_STAGING_HELD
+                  ? gp_staging_adopt(&held_data, first_active_device(), &c->staging, &rep->register_ns)
+                  : gp_staging_create(req->size, first_active_device(), &c->staging, &rep->register_ns);
     if (err)
         return err;
     rep->size = c->staging.size;
@@ -375,6 +415,8 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
     case GPCK_REMAP_POOL:
         *reply_len = sizeof(struct gpck_pool_rep);
         return handle_remap(c, reply);
+    case GPCK_DROP_HELD:
+        return handle_drop_held(payload, len);
     default:
         return -EOPNOTSUPP;
     }

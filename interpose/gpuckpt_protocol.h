@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 2u
+#define GPCK_PROTOCOL_VERSION 3u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -40,6 +40,7 @@ enum gpck_type {
     GPCK_COPY_IN = 10,     /* gpck_copy_req -> gpck_copy_rep: staging -> pool */
     GPCK_SUSPEND_POOL = 11,/* gpck_suspend_req -> gpck_pool_rep: release the pool's memory */
     GPCK_REMAP_POOL = 12,  /* (none) -> gpck_pool_rep: map it again, take the gate */
+    GPCK_DROP_HELD = 13,   /* gpck_suspend_req -> (none): the held data is saved elsewhere */
 };
 
 struct gpck_header {
@@ -155,8 +156,14 @@ struct gpck_list_rep {
     struct gpck_alloc_entry entries[]; /* count entries */
 };
 
+/* GPCK_STAGING_HELD: map the staging memory a suspend kept (size is
+ * ignored; the reply gives it). -ENOENT when none is held. */
+#define GPCK_STAGING_HELD 1u
+
 struct gpck_staging_req {
     uint64_t size;
+    uint32_t flags;            /* GPCK_STAGING_* */
+    uint32_t reserved;
 };
 
 struct gpck_staging_rep {
@@ -184,10 +191,20 @@ struct gpck_copy_rep {
 };
 
 /* Suspend: the sender holds the gate and has saved the pool's data (at
- * image). The shim releases every chunk's physical memory but keeps the
- * reservation and every allocation, and keeps the application held: the
- * gate stays closed across disconnects until a REMAP_POOL and a RESUME. */
+ * image, or in the staging memory with GPCK_SUSPEND_HOLD_STAGING). The
+ * shim releases every chunk's physical memory but keeps the reservation and
+ * every allocation, and keeps the application held: the gate stays closed
+ * across disconnects until a REMAP_POOL and a RESUME.
+ * GPCK_SUSPEND_HOLD_STAGING: the sender's staging memory holds the data;
+ * the shim unpins and unmaps it but keeps its memfd, so the data lives as
+ * long as the application, until GPCK_DROP_HELD or the RESUME.
+ * GPCK_DROP_HELD: while suspended, the data now lies at image; the held
+ * memory is freed. */
+#define GPCK_SUSPEND_HOLD_STAGING 1u
+
 struct gpck_suspend_req {
+    uint32_t flags;            /* GPCK_SUSPEND_* */
+    uint32_t reserved;
     char image[GPCK_PATH_LEN];
 };
 

@@ -17,9 +17,22 @@ struct gp_staging {
     bool registered;
 };
 
+/* Staging memory a suspend keeps, unmapped and unpinned: only its memfd,
+ * so the data survives the driver checkpoint (which must not find pinned
+ * host memory) and the controller's exit. fd -1: none. */
+struct gp_held {
+    int fd;
+    uint64_t size;
+};
+
 /* 0 or -errno; registration failures are not fatal (copies still work,
  * slower) and leave registered false. */
 int gp_staging_create(uint64_t size, int device, struct gp_staging *out, uint64_t *register_ns);
+/* Maps and pins the held memory again (held keeps its own fd); -ENOENT if none. */
+int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out, uint64_t *register_ns);
+/* Unpins and unmaps s, keeping its memfd in held (whatever held had is dropped). */
+void gp_staging_hold(struct gp_staging *s, struct gp_held *held);
+void gp_held_drop(struct gp_held *held);
 void gp_staging_destroy(struct gp_staging *s);
 
 #endif

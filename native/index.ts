@@ -22,6 +22,7 @@ export const MessageType = {
   COPY_IN: 10,
   SUSPEND_POOL: 11,
   REMAP_POOL: 12,
+  DROP_HELD: 13,
 } as const;
 
 /** enum gpck_pool_state */

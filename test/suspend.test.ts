@@ -5,7 +5,7 @@
  * while it is locked or checkpointed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
@@ -62,13 +62,27 @@ describe('suspend and resume', () => {
     expect(cli(['inspect', to, '--json']).code).toBe(0);
   });
 
-  it('holds the pool in /dev/shm by default and removes it on resume', async () => {
+  it('holds the pool in host memory by default: nothing compressed, only its layout on file', async () => {
     const { app, ready } = await start();
-    const s = json(cli(['suspend', String(app.pid), '--json']).stdout);
+    const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
+    expect(s).toMatchObject({ heldIn: 'memory', storedBytes: 0 });
     expect(s.image).toMatch(new RegExp(`suspended-${app.pid}$`));
-    expect(existsSync(s.image)).toBe(true);
+    expect(readdirSync(s.image).sort()).toEqual(['gpu-needs.json', 'held-layout.json']);
+    expect(psRow(app.pid).poolState).toBe('suspended');
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
     expect(existsSync(s.image)).toBe(false);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('--to DIR: an image that fails after the GPU was freed resumes the process from memory', async () => {
+    const { app, ready } = await start();
+    const to = box.path('fails-late');
+    const s = cli(['suspend', String(app.pid), '--to', to], { GPUCKPT_TEST_FAULT: 'image-write' });
+    expect(s.code).toBe(1);
+    expect(s.stderr).toMatch(new RegExp(`^gpuckpt: injected fault at image-write \\(GPUCKPT_TEST_FAULT\\); process ${app.pid} resumed\n$`));
+    expect(existsSync(to)).toBe(false);
+    expect(driverState(app.pid)).toBe('running');
+    expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 

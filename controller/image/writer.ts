@@ -18,6 +18,7 @@ import { DATA_FILE, MANIFEST_FILE, MANIFEST_MAGIC } from './format.js';
 import { encodeManifest, type Manifest } from './manifest.js';
 import { isOsError, osErrorText } from './os-error.js';
 import { removeStaleTempDirs, tempDirName } from './temp-dirs.js';
+import { faultPoint } from '../faults.js';
 
 export interface ImageWriterOptions {
   /** Replace an existing image at the target path (only an image or an empty directory). */
@@ -101,6 +102,7 @@ export class ImageWriter {
    */
   async appendFrame(compressed: Uint8Array): Promise<bigint> {
     this.assertOpen('appendFrame');
+    faultPoint('image-write');
     const offset = this.nextOffset;
     this.nextOffset += BigInt(compressed.length);
     await this.track(writeFully(this.data!, compressed, offset));

@@ -44,12 +44,14 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       Append(out, gpck_list_req{ToU64(args.Get("start")), static_cast<uint32_t>(ToU64(args.Get("max"))), 0});
       return true;
     case GPCK_STAGING_MAP:
-      Append(out, gpck_staging_req{ToU64(args.Get("size"))});
+      Append(out, gpck_staging_req{ToU64(args.Get("size")), static_cast<uint32_t>(ToU64(args.Get("flags"))), 0});
       return true;
     case GPCK_REMAP_POOL:
       return true;
-    case GPCK_SUSPEND_POOL: {
+    case GPCK_SUSPEND_POOL:
+    case GPCK_DROP_HELD: {
       gpck_suspend_req req{};
+      req.flags = static_cast<uint32_t>(ToU64(args.Get("flags")));
       std::string image = args.Get("image").ToString().Utf8Value();
       if (image.size() >= sizeof(req.image)) {
         err = "image path too long";

@@ -190,7 +190,7 @@ static void test_copy_rules(void)
     send_msg(fd, GPCK_COPY_OUT, 4, buf, sizeof(buf));
     CHECK(recv_status(fd, NULL, 0) == -ENOBUFS); /* no staging */
 
-    struct gpck_staging_req sr = { 1 << 20 };
+    struct gpck_staging_req sr = { .size = 1 << 20 };
     send_msg(fd, GPCK_STAGING_MAP, 5, &sr, sizeof(sr));
     CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */
 
@@ -239,11 +239,17 @@ static void test_oversized_staging_refused(void)
 {
     int fd = connect_shim();
     CHECK(hello(fd) == 0);
-    struct gpck_staging_req sr = { 1ull << 50 };
+    struct gpck_staging_req sr = { .size = 1ull << 50 };
     send_msg(fd, GPCK_STAGING_MAP, 2, &sr, sizeof(sr));
     CHECK(recv_status(fd, NULL, 0) == -ENOMEM);
     sr.size = 0;
     send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    sr = (struct gpck_staging_req){ .flags = GPCK_STAGING_HELD };
+    send_msg(fd, GPCK_STAGING_MAP, 4, &sr, sizeof(sr)); /* nothing is held */
+    CHECK(recv_status(fd, NULL, 0) == -ENOENT);
+    sr = (struct gpck_staging_req){ .size = 1 << 20, .flags = 0x80 };
+    send_msg(fd, GPCK_STAGING_MAP, 5, &sr, sizeof(sr)); /* unknown flag */
     CHECK(recv_status(fd, NULL, 0) == -EINVAL);
     close(fd);
 }
@@ -259,9 +265,15 @@ static void test_suspend_rules(void)
     send_msg(fd, GPCK_SUSPEND_POOL, 2, &sr, sizeof(sr)); /* no NUL */
     CHECK(recv_status(fd, NULL, 0) == -ENAMETOOLONG);
     strcpy(sr.image, "/tmp/nowhere");
+    send_msg(fd, GPCK_SUSPEND_POOL, 3, &sr, sizeof(sr)); /* unknown flags ('xxxx') */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    sr.flags = 0;
+    sr.reserved = 0;
     send_msg(fd, GPCK_SUSPEND_POOL, 3, &sr, sizeof(sr)); /* gate not held */
     CHECK(recv_status(fd, NULL, 0) == -EPERM);
     send_msg(fd, GPCK_REMAP_POOL, 4, NULL, 0); /* not suspended */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    send_msg(fd, GPCK_DROP_HELD, 5, &sr, sizeof(sr)); /* not suspended */
     CHECK(recv_status(fd, NULL, 0) == -EINVAL);
     close(fd);
 }
