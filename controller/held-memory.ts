@@ -67,7 +67,7 @@ export async function stagePool(session: ShimSession, opts: { stagingLimit?: big
   const want = stagingBytes(inUse, Number(inUse >> 24n) + allocs, opts.stagingLimit);
   if (BigInt(want) < inUse) return undefined;
   const devices = (await session.devices()).map((d) => d.uuid);
-  const staging = await session.mapStaging(want);
+  const staging = await session.mapStaging(want, 'private');
   const pauseStart = performance.now();
   let paused = false;
   try {
@@ -79,7 +79,7 @@ export async function stagePool(session: ShimSession, opts: { stagingLimit?: big
       // The application allocated more since the status: take the slow path.
       await session.resume();
       paused = false;
-      native().closeFd(staging.fd);
+      await session.unmapStaging();
       return undefined;
     }
     const c0 = performance.now();
@@ -88,20 +88,19 @@ export async function stagePool(session: ShimSession, opts: { stagingLimit?: big
     return { staging, layout: { rawBytes: pieces.reduce((s, p) => s + p.length, 0), devices, groups }, pauseStart, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
-    native().closeFd(staging.fd);
-    throw e;
+    throw e; // the shim drops the staging as the session closes
   }
 }
 
 /** DMA of the held data back into the (remapped) pool; the caller holds the process. */
 export async function copyHeldIn(session: ShimSession, layout: HeldLayout): Promise<{ copySeconds: number; registerSeconds: number }> {
-  const staging = await session.mapStaging(0, true);
+  const staging = await session.mapStaging(0, 'held');
   try {
     const c0 = performance.now();
     for (const g of layout.groups) await session.copyIn(g);
     return { copySeconds: (performance.now() - c0) / 1000, registerSeconds: staging.registerNs / 1e9 };
   } finally {
-    native().closeFd(staging.fd);
+    if (staging.fd >= 0) native().closeFd(staging.fd);
   }
 }
 

@@ -27,11 +27,13 @@ const LIST_PAGE = 4096;
 const REQUEST_TIMEOUT_MS = 60_000;
 
 /** The shim's staging memfd, received over the socket; the codec workers map it. */
-/** Flags of the protocol header (GPCK_STAGING_HELD, GPCK_SUSPEND_HOLD_STAGING). */
+/** Flags of the protocol header (GPCK_STAGING_*, GPCK_SUSPEND_HOLD_STAGING). */
 const STAGING_HELD = 1;
+const STAGING_PRIVATE = 2;
 const SUSPEND_HOLD_STAGING = 1;
 
 export interface StagingMemory {
+  /** -1 for memory only the shim sees. */
   fd: number;
   size: number;
   registerNs: number;
@@ -143,17 +145,26 @@ export class ShimSession {
   }
 
   /**
-   * Asks the shim for size bytes of registered staging memory, or (held)
-   * for the staging memory a suspend kept with the pool's data in it.
+   * Asks the shim for size bytes of registered staging memory, shared with
+   * this process through a memfd. kind 'private': memory only the shim sees
+   * (fd -1), faster to get, for data this process never reads; 'held': the
+   * staging memory a suspend kept with the pool's data in it (shared or not
+   * as it was made).
    */
-  async mapStaging(size: number, held = false): Promise<StagingMemory> {
+  async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared'): Promise<StagingMemory> {
+    const flags = { shared: 0, private: STAGING_PRIVATE, held: STAGING_HELD }[kind];
     const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
       MessageType.STAGING_MAP,
-      held ? 'map the held pool data' : 'map staging memory',
-      { size: BigInt(size), flags: held ? STAGING_HELD : 0 },
+      kind === 'held' ? 'map the held pool data' : 'map staging memory',
+      { size: BigInt(size), flags },
     );
-    if (rep.fd === undefined) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
-    return { fd: rep.fd, size: Number(rep.size), registerNs: rep.registerNs };
+    if (rep.fd === undefined && kind === 'shared') throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
+    return { fd: rep.fd ?? -1, size: Number(rep.size), registerNs: rep.registerNs };
+  }
+
+  /** Frees the staging memory in the application. */
+  unmapStaging(): Promise<void> {
+    return this.request(MessageType.STAGING_UNMAP, 'unmap staging memory');
   }
 
   copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {

@@ -102,11 +102,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     if (!opts.to) {
       const staged = await stagePool(session, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS });
       if (staged) {
-        try {
-          await releaseHeld(staged.layout);
-        } finally {
-          native().closeFd(staged.staging.fd);
-        }
+        await releaseHeld(staged.layout);
         return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times);
       }
     }

@@ -279,13 +279,14 @@ static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
     const struct gpck_staging_req *req = payload;
-    if (req->flags & ~GPCK_STAGING_HELD)
+    if (req->flags & ~(GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE))
         return -EINVAL;
     gp_staging_destroy(&c->staging);
     memset(rep, 0, sizeof(*rep));
     int err = req->flags & GPCK_STAGING_HELD
                   ? gp_staging_adopt(&held_data, first_active_device(), &c->staging, &rep->register_ns)
-                  : gp_staging_create(req->size, first_active_device(), &c->staging, &rep->register_ns);
+                  : gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, first_active_device(), &c->staging,
+                                      &rep->register_ns);
     if (err)
         return err;
     rep->size = c->staging.size;

@@ -156,9 +156,13 @@ struct gpck_list_rep {
     struct gpck_alloc_entry entries[]; /* count entries */
 };
 
-/* GPCK_STAGING_HELD: map the staging memory a suspend kept (size is
- * ignored; the reply gives it). -ENOENT when none is held. */
+/* GPCK_STAGING_HELD: pin again the staging memory a suspend kept (size is
+ * ignored; the reply gives it). -ENOENT when none is held.
+ * GPCK_STAGING_PRIVATE: memory only the shim sees (no memfd is sent), for
+ * data that goes back to the GPU without the controller reading it; it
+ * gets huge pages, so it is had several times faster. */
 #define GPCK_STAGING_HELD 1u
+#define GPCK_STAGING_PRIVATE 2u
 
 struct gpck_staging_req {
     uint64_t size;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,31 +12,70 @@
 #include "log.h"
 #include "real_driver.h"
 
-/* Maps fd (taking it over) and pins it for DMA. */
-static int map_and_register(int fd, uint64_t size, int device, struct gp_staging *out, uint64_t *register_ns)
+#define TOUCH_THREADS 16
+#define PAGE 4096u
+
+struct touch_span {
+    volatile uint8_t *p;
+    uint64_t n;
+};
+
+static void *touch_span(void *arg)
 {
-    /* MAP_POPULATE: fault the pages in now, outside any application pause. */
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (p == MAP_FAILED) {
-        int err = -errno;
-        close(fd);
-        return err;
+    struct touch_span *s = arg;
+    for (uint64_t i = 0; i < s->n; i += PAGE)
+        s->p[i] = 0;
+    return NULL;
+}
+
+/* Faults every page in now, outside any application pause, from several
+ * threads: one thread zeroing 16 GiB (MAP_POPULATE) takes 6.6 s on the
+ * H200 hosts, sixteen take 3 s for a memfd and 0.3 s with huge pages. */
+static void fault_in(uint8_t *p, uint64_t size)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cpus < 1 ? 1 : cpus < TOUCH_THREADS ? (int)cpus : TOUCH_THREADS;
+    uint64_t per = (size / (uint64_t)n + PAGE - 1) / PAGE * PAGE;
+    pthread_t threads[TOUCH_THREADS];
+    struct touch_span spans[TOUCH_THREADS];
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)i * per;
+        if (off >= size)
+            break;
+        spans[i] = (struct touch_span){ p + off, size - off < per ? size - off : per };
+        if (pthread_create(&threads[i], NULL, touch_span, &spans[i]) != 0)
+            touch_span(&spans[i]);
+        else
+            started |= 1 << i;
     }
-    *out = (struct gp_staging){ .fd = fd, .base = p, .size = size };
+    for (int i = 0; i < n; i++)
+        if (started & (1 << i))
+            pthread_join(threads[i], NULL);
+}
+
+static void pin(struct gp_staging *s, int device, uint64_t *register_ns)
+{
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
     if (!gp_contexts_use_primary(device, &cu))
-        cu = GP_REAL(cuMemHostRegister_v2)(p, size, CU_MEMHOSTREGISTER_PORTABLE);
-    out->registered = cu == CUDA_SUCCESS;
-    if (!out->registered)
+        cu = GP_REAL(cuMemHostRegister_v2)(s->base, s->size, CU_MEMHOSTREGISTER_PORTABLE);
+    s->registered = cu == CUDA_SUCCESS;
+    if (!s->registered)
         GP_WARN("staging", "cuMemHostRegister of %llu MiB failed (CUresult %d): copies go through pageable memory",
-                (unsigned long long)(size >> 20), (int)cu);
+                (unsigned long long)(s->size >> 20), (int)cu);
     if (register_ns)
         *register_ns = gp_now_ns() - t0;
-    return 0;
 }
 
-int gp_staging_create(uint64_t size, int device, struct gp_staging *out, uint64_t *register_ns)
+static void unpin(struct gp_staging *s)
+{
+    if (s->registered)
+        GP_REAL(cuMemHostUnregister)(s->base);
+    s->registered = false;
+}
+
+int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out, uint64_t *register_ns)
 {
     *out = (struct gp_staging){ .fd = -1 };
     /* Populated and pinned at once inside the application: a request beyond
@@ -46,26 +86,47 @@ int gp_staging_create(uint64_t size, int device, struct gp_staging *out, uint64_
         return -EINVAL;
     if (size > phys / 4 * 3)
         return -ENOMEM;
-    int fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (ftruncate(fd, (off_t)size) < 0) {
+    size = (size + PAGE - 1) / PAGE * PAGE;
+    int fd = -1;
+    void *p;
+    if (private_memory) {
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED)
+            madvise(p, size, MADV_HUGEPAGE); /* a hint: without THP it is 4 KiB pages */
+    } else {
+        fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        if (ftruncate(fd, (off_t)size) < 0) {
+            int err = -errno;
+            close(fd);
+            return err;
+        }
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (p == MAP_FAILED) {
         int err = -errno;
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return err;
     }
-    return map_and_register(fd, size, device, out, register_ns);
+    *out = (struct gp_staging){ .fd = fd, .base = p, .size = size };
+    fault_in(out->base, size);
+    pin(out, device, register_ns);
+    return 0;
 }
 
 int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out, uint64_t *register_ns)
 {
     *out = (struct gp_staging){ .fd = -1 };
-    if (held->fd < 0)
+    if (!held->base)
         return -ENOENT;
-    int fd = fcntl(held->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0)
+    int fd = -1;
+    if (held->fd >= 0 && (fd = fcntl(held->fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return -errno;
-    return map_and_register(fd, held->size, device, out, register_ns);
+    *out = (struct gp_staging){ .fd = fd, .base = held->base, .size = held->size, .borrowed = true };
+    pin(out, device, register_ns);
+    return 0;
 }
 
 void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
@@ -73,15 +134,15 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     gp_held_drop(held);
     if (!s->base)
         return;
-    if (s->registered)
-        GP_REAL(cuMemHostUnregister)(s->base);
-    munmap(s->base, s->size);
-    *held = (struct gp_held){ .fd = s->fd, .size = s->size };
+    unpin(s);
+    *held = (struct gp_held){ .fd = s->fd, .base = s->base, .size = s->size };
     *s = (struct gp_staging){ .fd = -1 };
 }
 
 void gp_held_drop(struct gp_held *held)
 {
+    if (held->base)
+        munmap(held->base, held->size);
     if (held->fd >= 0)
         close(held->fd);
     *held = (struct gp_held){ .fd = -1 };
@@ -91,9 +152,10 @@ void gp_staging_destroy(struct gp_staging *s)
 {
     if (!s->base)
         return;
-    if (s->registered)
-        GP_REAL(cuMemHostUnregister)(s->base);
-    munmap(s->base, s->size);
-    close(s->fd);
+    unpin(s);
+    if (!s->borrowed)
+        munmap(s->base, s->size);
+    if (s->fd >= 0)
+        close(s->fd);
     *s = (struct gp_staging){ .fd = -1 };
 }

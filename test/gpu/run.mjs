@@ -998,30 +998,43 @@ async function jobProcessScenario(name, job) {
  * no memory for it; after resume (and each migrate) its data is intact at
  * the same addresses, and it runs on the GPU it was sent to.
  */
-async function suspendScenario(name, prog, args, gpus) {
+async function suspendScenario(name, prog, args, gpus, cycles = 1) {
   const app = new App(name, prog, args);
   const R = (await app.ready(240_000)).buffers;
   const before = gpuMemoryOf(app.pid);
   if (Object.keys(before).length === 0) throw failure('nvidia-smi shows no GPU memory for the running program');
-  const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
-  const during = gpuMemoryOf(app.pid);
-  if (Object.keys(during).length !== 0) throw failure(`suspended, yet nvidia-smi shows ${JSON.stringify(during)} MiB for it`);
-  const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
-  expectSame((await app.send('state', 'state')).buffers, R, 'state after suspend + resume');
-  const m = { suspend_s: sus.seconds, gpu_free_s: sus.gpuFreeSeconds, pool_released_s: sus.poolReleasedSeconds, resume_s: res.seconds, resume_driver_s: res.driverRestoreSeconds, resume_copy_GBps: res.copyGBps };
-  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}), resume restored the data bit for bit`;
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const runs = { suspend_s: [], gpu_free_s: [], pool_released_s: [], suspend_copy_GBps: [], resume_s: [], resume_driver_s: [], resume_copy_GBps: [], migrate_downtime_s: [], migrate_back_downtime_s: [] };
   const uuids = gpuUuids();
-  if (uuids.length >= 2) {
-    const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
-    expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate to GPU 1');
-    const on1 = gpuMemoryOf(app.pid);
-    if (!on1[uuids[1]] || on1[uuids[0]]) throw failure(`after migrate to GPU 1 nvidia-smi shows ${JSON.stringify(on1)}`);
-    const back = await cliJson(['migrate', String(app.pid), '--to-device', '0', '--json'], 300_000);
-    expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate back to GPU 0');
-    m.migrate_downtime_s = mig.downtimeSeconds;
-    m.migrate_back_downtime_s = back.downtimeSeconds;
-    detail += `; migrate to GPU 1 and back kept the data (downtime ${fmt(mig.downtimeSeconds)} s / ${fmt(back.downtimeSeconds)} s)`;
+  for (let i = 0; i < cycles; i++) {
+    const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
+    const during = gpuMemoryOf(app.pid);
+    if (Object.keys(during).length !== 0) throw failure(`suspended, yet nvidia-smi shows ${JSON.stringify(during)} MiB for it`);
+    const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
+    expectSame((await app.send('state', 'state')).buffers, R, `state after suspend + resume ${i + 1}`);
+    runs.suspend_s.push(sus.seconds);
+    runs.gpu_free_s.push(sus.gpuFreeSeconds);
+    runs.pool_released_s.push(sus.poolReleasedSeconds);
+    runs.suspend_copy_GBps.push(sus.copyGBps);
+    runs.resume_s.push(res.seconds);
+    runs.resume_driver_s.push(res.driverRestoreSeconds);
+    runs.resume_copy_GBps.push(res.copyGBps);
+    if (uuids.length >= 2) {
+      const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
+      expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate to GPU 1');
+      const on1 = gpuMemoryOf(app.pid);
+      if (!on1[uuids[1]] || on1[uuids[0]]) throw failure(`after migrate to GPU 1 nvidia-smi shows ${JSON.stringify(on1)}`);
+      const back = await cliJson(['migrate', String(app.pid), '--to-device', '0', '--json'], 300_000);
+      expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate back to GPU 0');
+      runs.migrate_downtime_s.push(mig.downtimeSeconds);
+      runs.migrate_back_downtime_s.push(back.downtimeSeconds);
+    }
   }
+  const m = { cycles };
+  for (const [k, v] of Object.entries(runs)) if (v.length) m[k] = median(v);
+  if (cycles > 1) m.all_suspend_s = runs.suspend_s.join(',');
+  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}), resume restored the data bit for bit${cycles > 1 ? ` (${cycles} cycles)` : ''}`;
+  if (runs.migrate_downtime_s.length) detail += `; migrate to GPU 1 and back kept the data (median downtime ${fmt(m.migrate_downtime_s)} s / ${fmt(m.migrate_back_downtime_s)} s)`;
   // The program still computes after all of it.
   const M = (await app.send('mutate', 'mutated')).buffers;
   expectAllDiffer(M, R, 'mutate after resume');
@@ -1340,7 +1353,7 @@ async function main() {
           restore_copy_GBps: rs.copyGBps,
         });
         await poolFillBench(gib);
-        if (selected('pool_fill/suspend')) await suspendScenario('pool_fill/suspend', 'pool_fill', [String(gib)], gpus);
+        if (selected('pool_fill/suspend')) await suspendScenario('pool_fill/suspend', 'pool_fill', [String(gib)], gpus, Math.max(1, Number(env.GPU_TEST_BENCH_RUNS ?? 3)));
         return (
           `${gib} GiB${note ? ` (${note})` : ''}: checkpoint pause ${fmt(ck.pauseSeconds)} s, copy ${fmt(ck.copyGBps)} GB/s, ` +
           `${fmt(ck.seconds)} s total, stored ${fmt(ck.storedBytes / GiB)} GiB; restore --into ${fmt(rs.seconds)} s ` +
