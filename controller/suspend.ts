@@ -20,7 +20,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions, type Staged } from './checkpoint.js';
-import { driverFreeze, driverThaw, type GpuPair } from './driver-checkpoint.js';
+import { driverFreeze, driverState, driverThaw, type GpuPair } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, readHeldLayout, removeHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
@@ -78,6 +78,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
+    await driverState(pid); // a driver without the checkpoint API is refused before anything moves
     const devices = await session.devices();
     const needs = measureGpuNeeds(pid, devices, status);
     rmSync(holdDir, { recursive: true, force: true });

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
-import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
+import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
 
 const box = new Sandbox();
 const ckptDir = box.path('driver-state');
@@ -122,6 +122,15 @@ describe('suspend and resume', () => {
     expect(full.stderr).toMatch(/^gpuckpt: GPU GPU-46414b45-0100-\S+ has 512.0 MiB free; process \d+ needs 964.0 MiB there \(pool 64.0 MiB, 836.0 MiB of CUDA context\): process \d+ stays suspended; resume it with --device on another GPU\n$/);
     expect(driverState(app.pid)).toBe('checkpointed'); // the driver was never asked
     expect(cli(['resume', String(app.pid), '--device', '1'], { FAKE_NVML_FREE_MIB: '81920,2048' }).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('a driver without the checkpoint API: refused in one line before the process is touched', async () => {
+    const { app, ready } = await start();
+    const old = cli(['suspend', String(app.pid)], { LD_LIBRARY_PATH: join(ROOT, 'build', 'test', 'fake-old') });
+    expect(old.code).toBe(1);
+    expect(old.stderr).toBe('gpuckpt: this NVIDIA driver has no process checkpoint API (driver 570 or newer is needed)\n');
+    expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 

@@ -9,6 +9,10 @@ $(T)/fake/libcuda.so.1: $(FAKE_SRC) $(FAKE_HDR)
 	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKE_SRC) -ldl
 	ln -sf libcuda.so.1 $(T)/fake/libcuda.so
 
+$(T)/fake-old/libcuda.so.1: $(FAKE_SRC) $(FAKE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -DFAKE_OLD_DRIVER -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ $(FAKE_SRC) -ldl
+
 $(T)/fake/libnvidia-ml.so.1: test/fake-nvml/fake_nvml.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
@@ -40,7 +44,7 @@ $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config \
+TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
 
 test-build: all $(TEST_BINS)

@@ -38,6 +38,14 @@
  */
 #include "fake_internal.h"
 
+/* The "old driver" build (-DFAKE_OLD_DRIVER, build/test/fake-old/) has no
+ * process checkpoint API: like a driver before 570, it exports none of it. */
+#ifdef FAKE_OLD_DRIVER
+#define FAKE_CKPT_EXPORT __attribute__((visibility("hidden")))
+#else
+#define FAKE_CKPT_EXPORT FAKE_EXPORT
+#endif
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -258,7 +266,7 @@ static void uuid_hex(char *out, const CUuuid *u)
 
 /* ---- the API ---------------------------------------------------------------- */
 
-FAKE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     FAKE_ENTER_NOWAIT();
     if (!state)
@@ -267,7 +275,7 @@ FAKE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessGetState)
 
-FAKE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     FAKE_ENTER_NOWAIT();
     /* timeoutMs is accepted and ignored: locking never waits here. */
@@ -277,7 +285,7 @@ FAKE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessLock)
 
-FAKE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     FAKE_ENTER_NOWAIT();
     if (args && !all_zero(args->reserved, sizeof(args->reserved)))
@@ -286,7 +294,7 @@ FAKE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpoi
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessCheckpoint)
 
-FAKE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     FAKE_ENTER_NOWAIT();
     /* "locked\npairs" + " OLD:NEW" per device + "\n" */
@@ -321,7 +329,7 @@ FAKE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessRestore)
 
-FAKE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     FAKE_ENTER_NOWAIT();
     if (args && !all_zero(args->reserved, sizeof(args->reserved)))
@@ -331,7 +339,7 @@ FAKE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *
 FAKE_LOCAL_ALIAS(cuCheckpointProcessUnlock)
 
 /* There is no restore thread in the fake. */
-FAKE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+FAKE_CKPT_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
     FAKE_ENTER_NOWAIT();
     if (!tid || !pid_alive(pid))
