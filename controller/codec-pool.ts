@@ -6,6 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { GpuckptError, type ErrorCode } from './errors.js';
+import { faultPoint } from './faults.js';
 
 export type CodecTask =
   | { id: number; op: 'map'; fd: number; size: number }
@@ -58,6 +59,7 @@ export class CodecPool {
   }
 
   async compress(offset: number, length: number, level: number): Promise<Uint8Array> {
+    faultPoint('compress');
     const r = await this.send(this.leastBusy(), { op: 'compress', offset, length, level }, []);
     return new Uint8Array(r.data!);
   }

@@ -7,7 +7,8 @@
  */
 import { GpuckptError } from './errors.js';
 
-export type FaultStep = 'image-write';
+/** checkpoint: compress, image-write; restore: image-read. */
+export type FaultStep = 'compress' | 'image-write' | 'image-read';
 
 export function faultPoint(step: FaultStep): void {
   const spec = process.env.GPUCKPT_TEST_FAULT;

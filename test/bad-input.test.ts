@@ -154,6 +154,25 @@ describe('refusals', () => {
 const isRoot = process.getuid?.() === 0;
 
 describe('failures while writing', () => {
+  it('compression failing (injected): one line, no image or temporary directory, the application runs on', async () => {
+    const { app, ready } = await box.start(APPS.linked);
+    const dir = box.path('fault-compress');
+    mkdirSync(dir);
+    const r = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', join(dir, 'snap')], { GPUCKPT_TEST_FAULT: 'compress' });
+    expectOneLineError(r, /injected fault at compress/);
+    expect(readdirSync(dir)).toEqual([]);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('reading the image failing (injected): restore --into touches nothing', async () => {
+    const { app } = await box.start(APPS.linked);
+    const image = box.path('fault-read');
+    expect(box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image]).code).toBe(0);
+    const mutated = (await app.command('mutate')).buffers;
+    expectOneLineError(box.cli(['restore', image, '--into', String(app.pid)], { GPUCKPT_TEST_FAULT: 'image-read' }), /injected fault at image-read/);
+    expect(sameBuffers((await app.command('state')).buffers, mutated)).toBe(true);
+  });
+
   it.skipIf(!isRoot)('disk full: the application continues and no image is left (needs root to mount a small tmpfs)', async () => {
     const mnt = box.path('full');
     mkdirSync(mnt);

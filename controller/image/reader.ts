@@ -28,6 +28,7 @@ import { decompressFrame } from './frame-codec.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
 import { decodeManifest, type FrameRecord, type Manifest } from './manifest.js';
 import { osErrorText } from './os-error.js';
+import { faultPoint } from '../faults.js';
 
 export interface VerifyProgress {
   framesDone: number;
@@ -74,6 +75,7 @@ export class ImageReader {
   async readFrame(i: number): Promise<Buffer> {
     const frame = this.manifest.data.frames[i];
     if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
+    faultPoint('image-read');
     const fh = this.handle();
     const buf = Buffer.allocUnsafe(frame.compressedLength);
     const dataPath = join(this.path, DATA_FILE);
