@@ -16,7 +16,7 @@ import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
 import { ShimSession, type StagingMemory } from './session.js';
-import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, splitIntoPieces, StagingRing, stagingBytes, type Piece } from './staging-plan.js';
+import { MAX_RANGES_PER_COPY, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
 import { native, PoolState } from '../native/index.js';
 
@@ -89,12 +89,10 @@ export async function writePoolImage(
     if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     const [status, devices] = await Promise.all([session.status(), session.devices()]);
-    const inUse = status.devices.reduce((s, d) => s + d.bytesInUse, 0n);
-    const allocs = status.devices.reduce((s, d) => s + d.allocations, 0);
     writer = await ImageWriter.create(out, { force: opts.force });
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
-    staging = await session.mapStaging(stagingBytes(inUse, Number(inUse / BigInt(FRAME_BYTES)) + allocs, opts.stagingLimit));
+    staging = await session.mapStaging(stagingForStatus(status, opts.stagingLimit).bytes);
     codecs = new CodecPool(opts.workers);
     await codecs.mapStaging(staging.fd, staging.size);
 
@@ -200,7 +198,7 @@ async function copyAndCompress(
     allocations = await session.listAllocations();
     pieces = splitIntoPieces(allocations);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
-    stagedBytes = pieces.reduce((s, p) => alignUp(s + p.length), 0);
+    stagedBytes = packedBytes(pieces);
     // When staging holds everything, compression waits until the
     // application runs again: the copy engines then have host memory
     // bandwidth to themselves and the pause is as short as the DMA.

@@ -6,13 +6,13 @@
  * DMA ends, and resume is DMA only: nothing is compressed on the way out or
  * decompressed on the way back.
  */
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
-import type { ShimSession, StagingMemory } from './session.js';
-import { alignUp, MAX_RANGES_PER_COPY, splitIntoPieces, stagingBytes, type Piece } from './staging-plan.js';
-import { native } from '../native/index.js';
+import type { ShimSession } from './session.js';
+import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
+import { native, type StatusReply } from '../native/index.js';
 
 const LAYOUT_FILE = 'held-layout.json';
 
@@ -32,26 +32,8 @@ export interface HeldLayout {
 }
 
 export interface StagedPool {
-  staging: StagingMemory;
   layout: HeldLayout;
-  pauseStart: number;
   copySeconds: number;
-}
-
-/** Pieces packed one after the other, in groups of one copy request. */
-export function packPieces(pieces: Piece[]): { groups: Placed[][]; bytes: number } {
-  const groups: Placed[][] = [];
-  let offset = 0;
-  for (let i = 0; i < pieces.length; i += MAX_RANGES_PER_COPY) {
-    groups.push(
-      pieces.slice(i, i + MAX_RANGES_PER_COPY).map((p) => {
-        const placed = { device: p.device, addr: p.addr, length: p.length, stagingOffset: offset };
-        offset = alignUp(offset + p.length);
-        return placed;
-      }),
-    );
-  }
-  return { groups, bytes: offset };
 }
 
 /**
@@ -60,32 +42,32 @@ export function packPieces(pieces: Piece[]): { groups: Placed[][]; bytes: number
  * that much: the caller then goes through a compressed image instead.
  * On success the process stays paused.
  */
-export async function stagePool(session: ShimSession, opts: { stagingLimit?: bigint; leaseMs?: number }): Promise<StagedPool | undefined> {
-  const status = await session.status();
-  const inUse = status.devices.reduce((s, d) => s + d.bytesInUse, 0n);
-  const allocs = status.devices.reduce((s, d) => s + d.allocations, 0);
-  const want = stagingBytes(inUse, Number(inUse >> 24n) + allocs, opts.stagingLimit);
-  if (BigInt(want) < inUse) return undefined;
-  const devices = (await session.devices()).map((d) => d.uuid);
-  const staging = await session.mapStaging(want, 'private');
-  const pauseStart = performance.now();
+export async function stagePool(
+  session: ShimSession,
+  status: StatusReply,
+  devices: string[],
+  opts: { stagingLimit?: bigint; leaseMs?: number },
+): Promise<StagedPool | undefined> {
+  const want = stagingForStatus(status, opts.stagingLimit);
+  if (BigInt(want.bytes) < want.inUse) return undefined;
+  const staging = await session.mapStaging(want.bytes, 'private');
   let paused = false;
   try {
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
     paused = true;
     const pieces = splitIntoPieces(await session.listAllocations());
-    const { groups, bytes } = packPieces(pieces);
-    if (bytes > staging.size) {
+    if (packedBytes(pieces) > staging.size) {
       // The application allocated more since the status: take the slow path.
       await session.resume();
       paused = false;
       await session.unmapStaging();
       return undefined;
     }
+    const groups = packAll(pieces).map((g) => g.map(({ item: p, offset }) => ({ device: p.device, addr: p.addr, length: p.length, stagingOffset: offset })));
     const c0 = performance.now();
     for (const g of groups) await session.copyOut(g);
     const copySeconds = (performance.now() - c0) / 1000;
-    return { staging, layout: { rawBytes: pieces.reduce((s, p) => s + p.length, 0), devices, groups }, pauseStart, copySeconds };
+    return { layout: { rawBytes: pieces.reduce((s, p) => s + p.length, 0), devices, groups }, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
     throw e; // the shim drops the staging as the session closes
@@ -123,8 +105,4 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
   } catch (e) {
     throw new GpuckptError('INTERNAL', `the held data's layout at ${join(dir, LAYOUT_FILE)} is unreadable: ${(e as Error).message}`);
   }
-}
-
-export function removeHeldLayout(dir: string): void {
-  rmSync(join(dir, LAYOUT_FILE), { force: true });
 }

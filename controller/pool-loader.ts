@@ -14,7 +14,7 @@ import { frameLabel, type FrameRecord, type ImageReader } from './image/index.js
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
 import type { ShimSession, StagingMemory } from './session.js';
-import { alignUp, batches, stagingBytes } from './staging-plan.js';
+import { batches, packAll, packedBytes, stagingBytes } from './staging-plan.js';
 import { verifyFrames } from './verify-frames.js';
 import { native } from '../native/index.js';
 
@@ -46,9 +46,8 @@ export class PoolLoader {
     const progress = new Progress(opts.progress);
     try {
       await codecs.mapStaging(staging.fd, staging.size);
-      const fits = frames.reduce((s, f) => alignUp(s + f.length), 0) <= staging.size;
-      const groups = batches(frames, fits ? Number.MAX_SAFE_INTEGER : staging.size);
-      const loader = new PoolLoader(reader, staging, codecs, fits ? layoutAll(groups) : groups, fits, progress);
+      const fits = packedBytes(frames) <= staging.size;
+      const loader = new PoolLoader(reader, staging, codecs, fits ? packAll(frames) : batches(frames, staging.size), fits, progress);
       if (fits) await loader.decompress(loader.groups.flat());
       else await verifyFrames(reader, codecs, progress, 'restore');
       return loader;
@@ -93,15 +92,4 @@ export class PoolLoader {
       ),
     );
   }
-}
-
-/** Batches at disjoint offsets, so every frame has its own staging region. */
-function layoutAll(groups: PlacedFrame[][]): PlacedFrame[][] {
-  let base = 0;
-  return groups.map((g) => {
-    const placed = g.map((p) => ({ item: p.item, offset: base + p.offset }));
-    const last = g[g.length - 1]!;
-    base += alignUp(last.offset + last.item.length);
-    return placed;
-  });
 }

@@ -50,6 +50,18 @@ export function stagingBytes(dataBytes: bigint, pieces: number, limit: bigint | 
   return alignUp(Number(bytes));
 }
 
+/** Staging to ask for before a pause, from the shim's status: room for the data in use, its frames and allocations. */
+export function stagingForStatus(status: { devices: { bytesInUse: bigint; allocations: number }[] }, limit: bigint | undefined): { bytes: number; inUse: bigint } {
+  const inUse = status.devices.reduce((s, d) => s + d.bytesInUse, 0n);
+  const allocs = status.devices.reduce((s, d) => s + d.allocations, 0);
+  return { bytes: stagingBytes(inUse, Number(inUse / BigInt(FRAME_BYTES)) + allocs, limit), inUse };
+}
+
+/** Staging bytes that hold every item at once, packed one after the other. */
+export function packedBytes(items: { length: number }[]): number {
+  return items.reduce((s, i) => alignUp(s + i.length), 0);
+}
+
 /**
  * Staging as a ring: place() hands out the next region, first waiting for
  * the work still reading any older region it overlaps.
@@ -105,4 +117,15 @@ export function batches<T extends { length: number }>(items: T[], stagingSize: n
   }
   if (cur.length) out.push(cur);
   return out;
+}
+
+/** Every item in staging at once: batches at disjoint offsets, packed one after the other. */
+export function packAll<T extends { length: number }>(items: T[]): { item: T; offset: number }[][] {
+  let base = 0;
+  return batches(items, Number.MAX_SAFE_INTEGER).map((g) => {
+    const placed = g.map((p) => ({ item: p.item, offset: base + p.offset }));
+    const last = g[g.length - 1]!;
+    base += alignUp(last.offset + last.item.length);
+    return placed;
+  });
 }

@@ -23,7 +23,7 @@ import { writePoolImage, type CheckpointOptions, type Staged } from './checkpoin
 import { driverFreeze, driverState, driverThaw, type GpuPair } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
-import { copyHeldIn, readHeldLayout, removeHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
+import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
@@ -101,7 +101,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     };
 
     if (!opts.to) {
-      const staged = await stagePool(session, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS });
+      const staged = await stagePool(session, status, devices.map((d) => d.uuid), { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS });
       if (staged) {
         await releaseHeld(staged.layout);
         return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times);
@@ -234,7 +234,7 @@ export async function resumeProcess(
       copySeconds = await loader.copyIn(session);
     }
     await session.resume();
-    if (layout) removeHeldLayout(where);
+    // Held in memory, the layout's directory is the hold directory: removed whole.
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
     return {
       pid,
