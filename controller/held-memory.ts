@@ -10,6 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
+import type { PhaseClock } from './phase-clock.js';
 import type { ShimSession } from './session.js';
 import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
 import { native, type StatusReply } from '../native/index.js';
@@ -47,15 +48,18 @@ export async function stagePool(
   status: StatusReply,
   devices: string[],
   opts: { stagingLimit?: bigint; leaseMs?: number },
+  clock?: PhaseClock,
 ): Promise<StagedPool | undefined> {
   const want = stagingForStatus(status, opts.stagingLimit);
   if (BigInt(want.bytes) < want.inUse) return undefined;
   const staging = await session.mapStaging(want.bytes, 'private');
+  clock?.mark('staging');
   let paused = false;
   try {
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
     paused = true;
     const pieces = splitIntoPieces(await session.listAllocations());
+    clock?.mark('quiesce');
     if (packedBytes(pieces) > staging.size) {
       // The application allocated more since the status: take the slow path.
       await session.resume();
@@ -67,6 +71,7 @@ export async function stagePool(
     const c0 = performance.now();
     for (const g of groups) await session.copyOut(g);
     const copySeconds = (performance.now() - c0) / 1000;
+    clock?.mark('copy');
     return { layout: { rawBytes: pieces.reduce((s, p) => s + p.length, 0), devices, groups }, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
@@ -75,11 +80,13 @@ export async function stagePool(
 }
 
 /** DMA of the held data back into the (remapped) pool; the caller holds the process. */
-export async function copyHeldIn(session: ShimSession, layout: HeldLayout): Promise<{ copySeconds: number; registerSeconds: number }> {
+export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock): Promise<{ copySeconds: number; registerSeconds: number }> {
   const staging = await session.mapStaging(0, 'held');
+  clock?.mark('pin');
   try {
     const c0 = performance.now();
     for (const g of layout.groups) await session.copyIn(g);
+    clock?.mark('copy');
     return { copySeconds: (performance.now() - c0) / 1000, registerSeconds: staging.registerNs / 1e9 };
   } finally {
     if (staging.fd >= 0) native().closeFd(staging.fd);

@@ -30,6 +30,7 @@ const REQUEST_TIMEOUT_MS = 60_000;
 /** Flags of the protocol header (GPCK_STAGING_*, GPCK_SUSPEND_HOLD_STAGING). */
 const STAGING_HELD = 1;
 const STAGING_PRIVATE = 2;
+const STAGING_READY = 4;
 const SUSPEND_HOLD_STAGING = 1;
 
 export interface StagingMemory {
@@ -149,10 +150,12 @@ export class ShimSession {
    * this process through a memfd. kind 'private': memory only the shim sees
    * (fd -1), faster to get, for data this process never reads; 'held': the
    * staging memory a suspend kept with the pool's data in it (shared or not
-   * as it was made).
+   * as it was made). Shared staging is ready when this returns, so a live
+   * checkpoint's pause is the DMA alone; private and held staging are
+   * prepared while the copies run (suspend and resume: the total counts).
    */
   async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared'): Promise<StagingMemory> {
-    const flags = { shared: 0, private: STAGING_PRIVATE, held: STAGING_HELD }[kind];
+    const flags = { shared: STAGING_READY, private: STAGING_PRIVATE, held: STAGING_HELD }[kind];
     const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
       MessageType.STAGING_MAP,
       kind === 'held' ? 'map the held pool data' : 'map staging memory',

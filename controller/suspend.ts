@@ -25,6 +25,7 @@ import { GpuckptError, isGpuckptError } from './errors.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
+import { PhaseClock, type Phases } from './phase-clock.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
 import { formatBytes, round } from './units.js';
@@ -51,6 +52,8 @@ export interface SuspendSummary {
   /** From the start to the driver holding no GPU memory for the process. */
   gpuFreeSeconds: number;
   seconds: number;
+  /** Seconds of each step, in order. */
+  phases: Phases;
 }
 
 export interface ResumeSummary {
@@ -62,6 +65,7 @@ export interface ResumeSummary {
   remapSeconds: number;
   copyGBps: number;
   seconds: number;
+  phases: Phases;
 }
 
 /** Where a suspended process's pool is described (and, without room in memory, stored). */
@@ -72,8 +76,10 @@ export function defaultHoldDir(pid: number): string {
 
 export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string } = {}): Promise<SuspendSummary> {
   const t0 = performance.now();
+  const clock = new PhaseClock();
   const holdDir = defaultHoldDir(pid);
   const session = await ShimSession.open(pid);
+  clock.mark('connect');
   try {
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
@@ -83,6 +89,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     const needs = measureGpuNeeds(pid, devices, status);
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
+    clock.mark('checks');
     const times = { released: 0, gpuFree: 0 };
 
     /** Staging holds the whole pool: hand it to the shim, free the GPU. */
@@ -96,15 +103,16 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
         throw e;
       }
       times.released = performance.now();
-      await freezeOrResume(pid);
+      clock.mark('release');
+      await freezeOrResume(pid, undefined, clock);
       times.gpuFree = performance.now();
     };
 
     if (!opts.to) {
-      const staged = await stagePool(session, status, devices.map((d) => d.uuid), { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS });
+      const staged = await stagePool(session, status, devices.map((d) => d.uuid), { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
-        return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times);
+        return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock);
       }
     }
 
@@ -144,16 +152,28 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
         throw e;
       }
       times.released = performance.now();
-      await freezeOrResume(pid, image);
+      clock.mark('release');
+      await freezeOrResume(pid, image, clock);
       times.gpuFree = performance.now();
     }
-    return summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times);
+    clock.mark('image');
+    return summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock);
   } finally {
     session.close();
   }
 }
 
-function summary(pid: number, image: string, heldIn: 'memory' | 'image', raw: number, stored: number, copyGBps: number, t0: number, times: { released: number; gpuFree: number }): SuspendSummary {
+function summary(
+  pid: number,
+  image: string,
+  heldIn: 'memory' | 'image',
+  raw: number,
+  stored: number,
+  copyGBps: number,
+  t0: number,
+  times: { released: number; gpuFree: number },
+  clock: PhaseClock,
+): SuspendSummary {
   return {
     pid,
     image,
@@ -164,13 +184,14 @@ function summary(pid: number, image: string, heldIn: 'memory' | 'image', raw: nu
     poolReleasedSeconds: round((times.released - t0) / 1000),
     gpuFreeSeconds: round((times.gpuFree - t0) / 1000),
     seconds: round((performance.now() - t0) / 1000),
+    phases: clock.phases,
   };
 }
 
 /** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */
-async function freezeOrResume(pid: number, image?: string): Promise<void> {
+async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock): Promise<void> {
   try {
-    await driverFreeze(pid);
+    await driverFreeze(pid, clock);
   } catch (e) {
     const back = await resumeProcess(pid, { keepImage: true, image }).then(
       () => true,
@@ -187,7 +208,9 @@ export async function resumeProcess(
   opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
+  const clock = new PhaseClock();
   const session = await ShimSession.open(pid);
+  clock.mark('connect');
   let reader: ImageReader | undefined;
   let loader: PoolLoader | undefined;
   try {
@@ -204,9 +227,10 @@ export async function resumeProcess(
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
     checkGpuRoom(pid, readGpuNeeds(where), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
+    clock.mark('checks');
 
     try {
-      await driverThaw(pid, pairs);
+      await driverThaw(pid, pairs, clock);
     } catch (e) {
       // A restore the driver refused leaves the process checkpointed.
       const gpu = target ? `GPU ${target.uuid}` : 'the GPU';
@@ -226,14 +250,18 @@ export async function resumeProcess(
       throw new GpuckptError('TARGET_NO_MEMORY', `${target ? `GPU ${target.uuid}` : 'the GPU'} has no room for the pool (${formatBytes(rawBytes)}): process ${pid} stays suspended; resume it with --device on another GPU`);
     }
     const remapped = performance.now();
+    clock.mark('remap');
     let copySeconds: number;
     if (layout) {
-      copySeconds = (await copyHeldIn(session, layout)).copySeconds;
+      copySeconds = (await copyHeldIn(session, layout, clock)).copySeconds;
     } else {
       loader = await PoolLoader.prepare(session, reader!, opts);
+      clock.mark('prepare');
       copySeconds = await loader.copyIn(session);
+      clock.mark('copy');
     }
     await session.resume();
+    clock.mark('reopen');
     // Held in memory, the layout's directory is the hold directory: removed whole.
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
     return {
@@ -245,6 +273,7 @@ export async function resumeProcess(
       remapSeconds: round((remapped - thawed) / 1000),
       copyGBps: round(rawBytes / 1e9 / Math.max(copySeconds, 1e-9), 2),
       seconds: round((performance.now() - t0) / 1000),
+      phases: clock.phases,
     };
   } finally {
     session.close();

@@ -3,6 +3,9 @@
  *   GPUCKPT_POOL_SIZE    virtual size of each device's slice (default 256G)
  *   GPUCKPT_CHUNK_SIZE   physical mapping unit (default 32M)
  *   GPUCKPT_POOL_RETAIN  free mapped bytes kept per device for reuse (default 1G)
+ *   GPUCKPT_STAGING_PIECE  unit in which staging memory is prepared and pinned
+ *                        (default 256M; rounded up to pages; tests set it small
+ *                        so copies cross pieces)
  *   GPUCKPT_RUN_DIR      directory of control sockets (default
  *                        $XDG_RUNTIME_DIR/gpuckpt, else /tmp/gpuckpt-<uid>)
  *   GPUCKPT_DISABLE      1: load fully inert (pure pass-through, no gate)
@@ -17,6 +20,7 @@
 #define GP_DEFAULT_SLICE_SIZE (256ull << 30)
 #define GP_DEFAULT_CHUNK_SIZE (32ull << 20)
 #define GP_DEFAULT_RETAIN (1ull << 30)
+#define GP_DEFAULT_STAGING_PIECE (256ull << 20)
 /* cudaMalloc guarantees 256-byte alignment and in practice hands out 512;
  * large blocks start on 2 MiB so they share as few chunks as possible. */
 #define GP_QUANTUM 512ull
@@ -27,6 +31,7 @@ struct gp_config {
     uint64_t slice_size;
     uint64_t chunk_size;
     uint64_t retain_bytes;
+    uint64_t staging_piece;
     bool disabled;
     char run_dir[256];
 };

@@ -151,7 +151,11 @@ static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
     c->holds_gate = false;
     suspension = RUNNING;
     held_image[0] = 0;
-    gp_held_drop(&held_data);
+    if (c->staging.borrowed) { /* the held memory, unpinned before it goes */
+        gp_staging_release_later(&c->staging, &held_data);
+    } else {
+        gp_held_drop(&held_data);
+    }
     return 0;
 }
 
@@ -279,14 +283,17 @@ static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
     const struct gpck_staging_req *req = payload;
-    if (req->flags & ~(GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE))
+    if (req->flags & ~(GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE | GPCK_STAGING_READY))
         return -EINVAL;
     gp_staging_destroy(&c->staging);
     memset(rep, 0, sizeof(*rep));
+    uint64_t t0 = gp_now_ns();
     int err = req->flags & GPCK_STAGING_HELD
-                  ? gp_staging_adopt(&held_data, first_active_device(), &c->staging, &rep->register_ns)
-                  : gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, first_active_device(), &c->staging,
-                                      &rep->register_ns);
+                  ? gp_staging_adopt(&held_data, first_active_device(), &c->staging)
+                  : gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, first_active_device(), &c->staging);
+    if (!err && (req->flags & GPCK_STAGING_READY))
+        gp_staging_wait_all(&c->staging);
+    rep->register_ns = gp_now_ns() - t0;
     if (err)
         return err;
     rep->size = c->staging.size;
@@ -351,15 +358,23 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
         err = copy_stream((int)r->device, &s);
         if (err)
             break;
-        void *host = c->staging.base + r->staging_offset;
-        CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr, r->length, s)
-                              : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr, host, r->length, s);
-        if (cu != CUDA_SUCCESS) {
-            GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
-                     (unsigned long long)r->addr, (unsigned long long)r->length, (int)cu);
-            err = -EIO;
-        }
         used[r->device] = true;
+        /* Piece by piece of the staging, each as soon as it is pinned: the
+         * DMA of one overlaps the preparation of the next. */
+        for (uint64_t done = 0; done < r->length && !err;) {
+            uint64_t off = r->staging_offset + done;
+            uint64_t end = gp_staging_ready(&c->staging, off);
+            uint64_t n = end - off < r->length - done ? end - off : r->length - done;
+            void *host = c->staging.base + off;
+            CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr + done, n, s)
+                                  : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr + done, host, n, s);
+            if (cu != CUDA_SUCCESS) {
+                GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
+                         (unsigned long long)(r->addr + done), (unsigned long long)n, (int)cu);
+                err = -EIO;
+            }
+            done += n;
+        }
         bytes += r->length;
     }
     /* Wait for everything queued, also after a failure, so no DMA is left

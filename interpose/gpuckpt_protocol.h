@@ -161,8 +161,14 @@ struct gpck_list_rep {
  * GPCK_STAGING_PRIVATE: memory only the shim sees (no memfd is sent), for
  * data that goes back to the GPU without the controller reading it; it
  * gets huge pages, so it is had several times faster. */
+/* GPCK_STAGING_READY: reply only once every byte is faulted in and
+ * pinned. Without it the memory is prepared in the background and each
+ * copy waits for the pieces it uses: that overlaps preparation with the
+ * DMA (suspend, resume), but puts it inside the application's pause (a
+ * live checkpoint wants the pause to be the DMA alone). */
 #define GPCK_STAGING_HELD 1u
 #define GPCK_STAGING_PRIVATE 2u
+#define GPCK_STAGING_READY 4u
 
 struct gpck_staging_req {
     uint64_t size;
@@ -172,7 +178,8 @@ struct gpck_staging_req {
 
 struct gpck_staging_rep {
     uint64_t size;
-    uint64_t register_ns;      /* cuMemHostRegister time */
+    uint64_t register_ns;      /* time to answer: the memory is faulted in and pinned in the
+                                * background after, and each copy waits for what it uses */
 };
 
 struct gpck_copy_range {

@@ -4,83 +4,237 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "contexts.h"
-#include "gate.h"
 #include "log.h"
 #include "real_driver.h"
+#include "shim.h"
 
-#define TOUCH_THREADS 16
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Eight measured best on the H200 hosts (four: 19 GB/s, eight: 28 GB/s,
+ * sixteen: 24 GB/s for fault-in + pin + DMA of 16 GiB together). */
+#define MAX_WORKERS 8
 #define PAGE 4096u
 
-struct touch_span {
-    volatile uint8_t *p;
-    uint64_t n;
+enum piece_state { PIECE_PENDING, PIECE_TAKEN, PIECE_READY };
+
+struct gp_staging_prep {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    uint8_t *base;
+    uint64_t size;
+    uint64_t piece;     /* bytes per piece */
+    uint32_t pieces;
+    uint32_t next;      /* the next piece a worker takes */
+    bool populate;      /* fault the pages in (new memory), or only pin (held memory) */
+    bool go;            /* every worker is started */
+    bool stop;
+    int device;
+    uint8_t *state;     /* enum piece_state, per piece */
+    bool *pinned;       /* per piece */
+    int workers;
+    pthread_t threads[MAX_WORKERS];
 };
 
-static void *touch_span(void *arg)
+static uint64_t piece_len(const struct gp_staging_prep *p, uint32_t i)
 {
-    struct touch_span *s = arg;
-    for (uint64_t i = 0; i < s->n; i += PAGE)
-        s->p[i] = 0;
-    return NULL;
+    uint64_t off = (uint64_t)i * p->piece;
+    return p->size - off < p->piece ? p->size - off : p->piece;
 }
 
-/* Faults every page in now, outside any application pause, from several
- * threads: one thread zeroing 16 GiB (MAP_POPULATE) takes 6.6 s on the
- * H200 hosts, sixteen take 3 s for a memfd and 0.3 s with huge pages. */
-static void fault_in(uint8_t *p, uint64_t size)
+/* Faults the pages in writable without changing a byte: the controller may
+ * already be writing data into pieces a worker has not reached. */
+static void populate(uint8_t *p, uint64_t n)
+{
+    if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
+        return;
+    for (uint64_t i = 0; i < n; i += PAGE) /* kernels before 5.14 */
+        __atomic_fetch_or(p + i, 0, __ATOMIC_RELAXED);
+}
+
+/* Workers start together: a thread's stack is mapped under the process's
+ * mmap lock, which faulting in and pinning hold for whole pieces, so
+ * starting the eighth worker waited 0.3 s behind the first seven. */
+static void wait_for_go(struct gp_staging_prep *p)
+{
+    pthread_mutex_lock(&p->lock);
+    while (!p->go)
+        pthread_cond_wait(&p->changed, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void *prepare_pieces(void *arg)
+{
+    struct gp_staging_prep *p = arg;
+    wait_for_go(p);
+    CUresult cu = CUDA_SUCCESS;
+    bool have_context = gp_contexts_use_primary(p->device, &cu) == 0;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        if (p->stop || p->next >= p->pieces) {
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        uint32_t i = p->next++;
+        p->state[i] = PIECE_TAKEN;
+        pthread_mutex_unlock(&p->lock);
+
+        uint8_t *at = p->base + (uint64_t)i * p->piece;
+        uint64_t n = piece_len(p, i);
+        if (p->populate)
+            populate(at, n);
+        bool ok = have_context && GP_REAL(cuMemHostRegister_v2)(at, n, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+
+        pthread_mutex_lock(&p->lock);
+        p->pinned[i] = ok;
+        p->state[i] = PIECE_READY;
+        pthread_cond_broadcast(&p->changed);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+static void *unpin_pieces(void *arg)
+{
+    struct gp_staging_prep *p = arg;
+    wait_for_go(p);
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        uint32_t i = p->next;
+        while (i < p->pieces && !p->pinned[i])
+            i++;
+        p->next = i + 1;
+        if (i < p->pieces)
+            p->pinned[i] = false;
+        pthread_mutex_unlock(&p->lock);
+        if (i >= p->pieces)
+            return NULL;
+        GP_REAL(cuMemHostUnregister)(p->base + (uint64_t)i * p->piece);
+    }
+}
+
+/* Runs fn on up to MAX_WORKERS threads (on this one when none starts). */
+static void start_workers(struct gp_staging_prep *p, void *(*fn)(void *))
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cpus < 1 ? 1 : cpus < TOUCH_THREADS ? (int)cpus : TOUCH_THREADS;
-    uint64_t per = (size / (uint64_t)n + PAGE - 1) / PAGE * PAGE;
-    pthread_t threads[TOUCH_THREADS];
-    struct touch_span spans[TOUCH_THREADS];
-    int started = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t off = (uint64_t)i * per;
-        if (off >= size)
-            break;
-        spans[i] = (struct touch_span){ p + off, size - off < per ? size - off : per };
-        if (pthread_create(&threads[i], NULL, touch_span, &spans[i]) != 0)
-            touch_span(&spans[i]);
-        else
-            started |= 1 << i;
+    uint32_t n = p->pieces < MAX_WORKERS ? p->pieces : MAX_WORKERS;
+    if (cpus > 0 && n > (uint32_t)cpus)
+        n = (uint32_t)cpus;
+    pthread_mutex_lock(&p->lock);
+    p->go = false;
+    pthread_mutex_unlock(&p->lock);
+    p->workers = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (pthread_create(&p->threads[p->workers], NULL, fn, p) == 0)
+            p->workers++;
+    pthread_mutex_lock(&p->lock);
+    p->go = true;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    if (!p->workers)
+        fn(p);
+}
+
+static void join_workers(struct gp_staging_prep *p)
+{
+    for (int i = 0; i < p->workers; i++)
+        pthread_join(p->threads[i], NULL);
+    p->workers = 0;
+}
+
+static int prep_start(struct gp_staging *s, int device, bool fault)
+{
+    uint64_t piece = gp_shim_config()->staging_piece;
+    if (piece < PAGE)
+        piece = PAGE;
+    if ((s->size + piece - 1) / piece > UINT32_MAX)
+        return -EINVAL;
+    struct gp_staging_prep *p = calloc(1, sizeof(*p));
+    uint32_t pieces = (uint32_t)((s->size + piece - 1) / piece);
+    if (!p || !(p->state = calloc(pieces, 1)) || !(p->pinned = calloc(pieces, sizeof(bool)))) {
+        if (p)
+            free(p->state);
+        free(p);
+        return -ENOMEM;
     }
-    for (int i = 0; i < n; i++)
-        if (started & (1 << i))
-            pthread_join(threads[i], NULL);
-}
-
-static void pin(struct gp_staging *s, int device, uint64_t *register_ns)
-{
-    uint64_t t0 = gp_now_ns();
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->changed, NULL);
+    p->base = s->base;
+    p->size = s->size;
+    p->piece = piece;
+    p->pieces = pieces;
+    p->populate = fault;
+    p->device = device;
+    /* Retained here, once, so the workers only make it current. */
     CUresult cu = CUDA_SUCCESS;
-    if (!gp_contexts_use_primary(device, &cu))
-        cu = GP_REAL(cuMemHostRegister_v2)(s->base, s->size, CU_MEMHOSTREGISTER_PORTABLE);
-    s->registered = cu == CUDA_SUCCESS;
-    if (!s->registered)
-        GP_WARN("staging", "cuMemHostRegister of %llu MiB failed (CUresult %d): copies go through pageable memory",
-                (unsigned long long)(s->size >> 20), (int)cu);
-    if (register_ns)
-        *register_ns = gp_now_ns() - t0;
+    if (gp_contexts_use_primary(device, &cu))
+        GP_WARN("staging", "no context on device %d (CUresult %d): copies go through pageable memory", device, (int)cu);
+    s->prep = p;
+    start_workers(p, prepare_pieces);
+    return 0;
 }
 
-static void unpin(struct gp_staging *s)
+/* Stops the preparation and unpins every piece, in parallel too. */
+static void prep_finish(struct gp_staging *s)
 {
-    if (s->registered)
-        GP_REAL(cuMemHostUnregister)(s->base);
-    s->registered = false;
+    struct gp_staging_prep *p = s->prep;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_mutex_unlock(&p->lock);
+    join_workers(p);
+    uint32_t failed = 0;
+    for (uint32_t i = 0; i < p->pieces; i++)
+        failed += p->state[i] == PIECE_READY && !p->pinned[i];
+    if (failed)
+        GP_WARN("staging", "%u of %u pieces of staging could not be pinned: their copies went through pageable memory",
+                failed, p->pieces);
+    p->next = 0;
+    start_workers(p, unpin_pieces);
+    join_workers(p);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p->state);
+    free(p->pinned);
+    free(p);
+    s->prep = NULL;
 }
 
-int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out, uint64_t *register_ns)
+uint64_t gp_staging_ready(struct gp_staging *s, uint64_t offset)
+{
+    struct gp_staging_prep *p = s->prep;
+    if (!p || offset >= s->size)
+        return s->size;
+    uint64_t end = (offset / p->piece + 1) * p->piece;
+    if (end > s->size)
+        end = s->size;
+    uint32_t i = (uint32_t)(offset / p->piece);
+    pthread_mutex_lock(&p->lock);
+    /* A piece no worker will take any more (preparation stopped) is not waited for. */
+    while (p->state[i] != PIECE_READY && !(p->stop && p->state[i] == PIECE_PENDING))
+        pthread_cond_wait(&p->changed, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    return end;
+}
+
+void gp_staging_wait_all(struct gp_staging *s)
+{
+    if (s->prep)
+        join_workers(s->prep); /* workers end once every piece is taken and done */
+}
+
+int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out)
 {
     *out = (struct gp_staging){ .fd = -1 };
-    /* Populated and pinned at once inside the application: a request beyond
-     * three quarters of the host's memory would get the application killed
-     * by the OOM killer, so refuse it. */
+    /* Populated and pinned inside the application: a request beyond three
+     * quarters of the host's memory would get the application killed by
+     * the OOM killer, so refuse it. */
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     if (!size)
         return -EINVAL;
@@ -111,12 +265,13 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         return err;
     }
     *out = (struct gp_staging){ .fd = fd, .base = p, .size = size };
-    fault_in(out->base, size);
-    pin(out, device, register_ns);
-    return 0;
+    int err = prep_start(out, device, true);
+    if (err)
+        gp_staging_destroy(out);
+    return err;
 }
 
-int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out, uint64_t *register_ns)
+int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out)
 {
     *out = (struct gp_staging){ .fd = -1 };
     if (!held->base)
@@ -125,8 +280,10 @@ int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *
     if (held->fd >= 0 && (fd = fcntl(held->fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return -errno;
     *out = (struct gp_staging){ .fd = fd, .base = held->base, .size = held->size, .borrowed = true };
-    pin(out, device, register_ns);
-    return 0;
+    int err = prep_start(out, device, false);
+    if (err)
+        gp_staging_destroy(out);
+    return err;
 }
 
 void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
@@ -134,7 +291,7 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     gp_held_drop(held);
     if (!s->base)
         return;
-    unpin(s);
+    prep_finish(s);
     *held = (struct gp_held){ .fd = s->fd, .base = s->base, .size = s->size };
     *s = (struct gp_staging){ .fd = -1 };
 }
@@ -152,10 +309,47 @@ void gp_staging_destroy(struct gp_staging *s)
 {
     if (!s->base)
         return;
-    unpin(s);
+    prep_finish(s);
     if (!s->borrowed)
         munmap(s->base, s->size);
     if (s->fd >= 0)
         close(s->fd);
     *s = (struct gp_staging){ .fd = -1 };
+}
+
+struct release_job {
+    struct gp_staging staging;
+    struct gp_held held;
+};
+
+static void *release_job_run(void *arg)
+{
+    struct release_job *j = arg;
+    gp_staging_destroy(&j->staging);
+    gp_held_drop(&j->held);
+    free(j);
+    return NULL;
+}
+
+void gp_staging_release_later(struct gp_staging *s, struct gp_held *held)
+{
+    struct release_job *j = malloc(sizeof(*j));
+    pthread_t t;
+    pthread_attr_t attr;
+    bool started = false;
+    if (j) {
+        *j = (struct release_job){ .staging = *s, .held = *held };
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, release_job_run, j) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (started) {
+        *s = (struct gp_staging){ .fd = -1 };
+        *held = (struct gp_held){ .fd = -1 };
+        return;
+    }
+    free(j);
+    gp_staging_destroy(s);
+    gp_held_drop(held);
 }

@@ -18,6 +18,8 @@
 //   GPU_TEST_ONLY      comma-separated test-name prefixes to run (default all)
 //   GPU_TEST_VERBOSE   1: pass the programs' stderr through
 //   GPU_TEST_LOG_APPEND  1: append to $OUT/gpu-test.log (run.sh started it)
+//   GPU_RUN_MODE       bench: run the benchmark of bench.mjs instead of the tests
+//                      (npm run bench; its BENCH_* variables are described there)
 
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -1019,6 +1021,9 @@ async function suspendScenario(name, prog, args, gpus, cycles = 1) {
     runs.resume_s.push(res.seconds);
     runs.resume_driver_s.push(res.driverRestoreSeconds);
     runs.resume_copy_GBps.push(res.copyGBps);
+    // Where each command's time went, step by step (medians below).
+    for (const [step, sec] of Object.entries(sus.phases ?? {})) (runs[`suspend.${step}_s`] ??= []).push(sec);
+    for (const [step, sec] of Object.entries(res.phases ?? {})) (runs[`resume.${step}_s`] ??= []).push(sec);
     if (uuids.length >= 2) {
       const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
       expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate to GPU 1');
@@ -1236,6 +1241,11 @@ async function main() {
   const gpus = gpuInfo();
   for (const g of gpus) say(`# GPU ${g.index}: ${g.name}, ${g.totalMiB} MiB, ${g.freeMiB} MiB free, driver ${g.driver}`);
   say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}`);
+  if (env.GPU_RUN_MODE === 'bench') {
+    const { runBench } = await import('./bench.mjs');
+    await runBench({ ROOT, BIN_DIR, tmpRoot, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, pythonJob, describeExit });
+    return;
+  }
 
   const plain = await test('static_cudart/no-shim', noShim);
 

@@ -1,0 +1,206 @@
+/**
+ * `npm run bench`: gpuckpt against the anchor (the driver's checkpoint API
+ * + CRIU, what NVIDIA's cuda-checkpoint does) on the same processes, in one
+ * run. Workloads: pool_fill pools of BENCH_POOLS GiB (realistic mixed
+ * content: incompressible bytes, zeros, low-entropy floats) and the PyTorch
+ * job of DESIGN.md. Each is run BENCH_RUNS times on one process; every
+ * figure is the median, and the data is verified after each step.
+ *
+ * Each workload's result goes to BENCH_OUT/<workload>.json (default: $OUT,
+ * else docs/bench/); bench-report.mjs turns them into docs/BENCHMARKS.md.
+ * Timings are reported, never judged: thresholds live in the report.
+ *
+ * Environment: BENCH_POOLS (default "1,16,64"; sizes that do not fit the
+ * GPU, host memory or disk are skipped with the reason), BENCH_RUNS
+ * (default 3), BENCH_TORCH (default 1).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+
+const GiB = 2 ** 30;
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** h: the runner's harness (run.mjs): test, Skip, failure, cliJson, launchViaFifo, ... */
+export async function runBench(h) {
+  const env = process.env;
+  const runs = Math.max(1, Number(env.BENCH_RUNS ?? 3));
+  const outDir = env.BENCH_OUT ?? env.OUT ?? path.join(h.ROOT, 'docs', 'bench');
+  fs.mkdirSync(outDir, { recursive: true });
+  const gpus = h.gpuInfo();
+  const host = {
+    gpu: gpus[0]?.name ?? 'unknown',
+    gpus: gpus.length,
+    driver: gpus[0]?.driver ?? 'unknown',
+    cpus: os.cpus().length,
+    hostMemGiB: Math.round(os.totalmem() / GiB),
+    date: new Date().toISOString().slice(0, 10),
+    command: `BENCH_POOLS=${env.BENCH_POOLS ?? '1,16,64'} BENCH_RUNS=${runs} npm run bench`,
+  };
+  const save = (name, workload, metrics) => {
+    const file = path.join(outDir, `${name}.json`);
+    fs.writeFileSync(file, JSON.stringify({ ...host, workload, runs, metrics }, null, 1));
+    h.say(`# bench ${name}: ${file}`);
+  };
+
+  for (const gib of (env.BENCH_POOLS ?? '1,16,64').split(',').map(Number).filter((g) => g > 0)) {
+    const name = `pool-${gib}g`;
+    await h.test(`bench/${name}`, async () => {
+      const why = poolDoesNotFit(h, gib, gpus);
+      if (why) throw new h.Skip(why);
+      const metrics = await benchWorkload(h, runs, {
+        launch: () => h.launchViaFifo('pool_fill', [String(gib)]),
+        readyMs: 600_000,
+        verify: async (p, ready, what) => h.expectSame((await p.send('state', 'state')).buffers, ready.buffers, what),
+        gpuOnly: true,
+      });
+      save(name, `pool_fill ${gib} GiB (mixed content)`, metrics);
+      return summarize(metrics);
+    });
+  }
+
+  if (env.BENCH_TORCH !== '0') {
+    await h.test('bench/torch', async () => {
+      const { py, script } = h.pythonJob('torch');
+      const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
+      const metrics = await benchWorkload(h, runs, {
+        launch: () => h.launchViaFifo(py, [script]),
+        readyMs: 300_000,
+        // Deterministic training: a restored job must take the next steps.
+        verify: async (p, _ready, what) => {
+          const t = await p.send(`train ${steps}`, 'trained', 300_000);
+          // Losses come as exact hex floats ("0x1.c6bafp+2"); a NaN would read "nan".
+          if (!t.losses?.length || t.losses.some((l) => !Number.isFinite(typeof l === 'number' ? l : Number.parseFloat(String(l).replace(/^-?0x.*/, '1')))))
+            throw h.failure(`${what}: training gave ${JSON.stringify(t.losses)}`);
+        },
+        gpuOnly: false,
+      });
+      save('torch', `PyTorch job of DESIGN.md (${env.TORCH_PARAMS_M ?? 100}M parameters, AdamW, ${env.TORCH_BUFFER_GIB ?? 8} GiB buffer)`, metrics);
+      return summarize(metrics);
+    });
+  }
+}
+
+/** A reason the pool cannot be measured here, or undefined. */
+function poolDoesNotFit(h, gib, gpus) {
+  const freeGiB = (gpus[0]?.freeMiB ?? 0) / 1024;
+  if (gib > freeGiB * 0.9) return `${gib} GiB pool does not fit the ${freeGiB.toFixed(0)} GiB free on GPU 0`;
+  // Held in host memory by suspend, and dumped whole by the anchor.
+  if (gib * 1.5 > os.freemem() / GiB) return `${gib} GiB pool needs ${(gib * 1.5).toFixed(0)} GiB of host memory, ${(os.freemem() / GiB).toFixed(0)} GiB free`;
+  const st = fs.statfsSync(h.tmpRoot);
+  const disk = (st.bavail * st.bsize) / GiB;
+  if (gib * 1.7 > disk) return `${gib} GiB pool needs ${(gib * 1.7).toFixed(0)} GiB of disk for its images, ${disk.toFixed(0)} GiB free`;
+  return undefined;
+}
+
+/**
+ * One process, `runs` rounds of: [gpu-only checkpoint + restore --into],
+ * suspend + resume, migrate to GPU 1 and back (2 GPUs), whole-process
+ * checkpoint + restore, and the anchor's whole-process checkpoint +
+ * restore. Images are removed after each round (disk).
+ */
+async function benchWorkload(h, runs, w) {
+  const p = w.launch();
+  const m = {};
+  const add = (k, v) => (m[k] ??= []).push(v);
+  const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
+  const gone = async (pid) => {
+    for (let i = 0; i < 1200 && p.alive(pid); i++) await h.sleep(50);
+    if (p.alive(pid)) throw h.failure(`process ${pid} still runs after its checkpoint`);
+  };
+  const driver = (pid, s) => {
+    const t = performance.now();
+    const r = spawnSync(path.join(h.BIN_DIR, 'driver_ckpt'), [String(pid), s], { encoding: 'utf8', timeout: 600_000 });
+    if (r.status !== 0) throw h.failure(`driver ${s} of ${pid}: ${(r.stdout || r.stderr || '').trim()}`);
+    return (performance.now() - t) / 1000;
+  };
+  const criu = (args) => {
+    const t = performance.now();
+    const r = spawnSync('criu', args, { encoding: 'utf8', timeout: 600_000 });
+    if (r.status !== 0) throw h.failure(`criu ${args[0]} failed (${h.describeExit({ code: r.status, signal: r.signal })})`);
+    return (performance.now() - t) / 1000;
+  };
+  const twoGpus = h.gpuUuids().length >= 2;
+  try {
+    const ready = await p.nextLine('ready', w.readyMs);
+    const pid = ready.pid;
+    for (let i = 1; i <= runs; i++) {
+      const round = `round ${i}`;
+      if (w.gpuOnly) {
+        const snap = path.join(p.dir, `gpu-${i}`);
+        const ck = await h.cliJson(['checkpoint', String(pid), '--gpu-only', '-o', snap, '--json'], 600_000);
+        add('gpu_only_pause_s', ck.pauseSeconds);
+        add('gpu_only_durable_s', ck.seconds);
+        add('gpu_only_image_bytes', du(snap));
+        add('raw_bytes', ck.rawBytes);
+        const rs = await h.cliJson(['restore', snap, '--into', String(pid), '--json'], 600_000);
+        add('restore_into_s', rs.seconds);
+        add('restore_into_pause_s', rs.pauseSeconds);
+        await w.verify(p, ready, `${round}: after restore --into`);
+        fs.rmSync(snap, { recursive: true, force: true });
+      }
+
+      const sus = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
+      if (Object.keys(h.gpuMemoryOf(pid)).length) throw h.failure(`${round}: the suspended process still holds GPU memory`);
+      const res = await h.cliJson(['resume', String(pid), '--json'], 600_000);
+      await w.verify(p, ready, `${round}: after suspend + resume`);
+      add('suspend_gpu_free_s', sus.gpuFreeSeconds);
+      add('resume_s', res.seconds);
+      for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
+      for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
+      if (twoGpus) {
+        const there = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--json'], 600_000);
+        await w.verify(p, ready, `${round}: after migrate to GPU 1`);
+        const back = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--json'], 600_000);
+        await w.verify(p, ready, `${round}: after migrate back to GPU 0`);
+        add('migrate_downtime_s', there.downtimeSeconds);
+        add('migrate_back_downtime_s', back.downtimeSeconds);
+      }
+
+      const img = path.join(p.dir, `proc-${i}`);
+      const ck = await h.cliJson(['checkpoint', String(pid), '-o', img, '--json'], 600_000);
+      await gone(pid);
+      add('ckpt_s', ck.seconds);
+      add('ckpt_gpu_free_s', ck.gpuFreeSeconds);
+      add('ckpt_dump_s', ck.dumpSeconds);
+      add('image_bytes', du(img));
+      const rs = await h.cliJson(['restore', img, '--detach', '--json'], 600_000);
+      add('restore_s', rs.seconds);
+      await w.verify(p, ready, `${round}: after checkpoint + restore`);
+      fs.rmSync(img, { recursive: true, force: true });
+
+      const anchor = path.join(p.dir, `anchor-${i}`);
+      fs.mkdirSync(anchor);
+      const lock = driver(pid, 'lock');
+      const dck = driver(pid, 'checkpoint');
+      const dump = criu(['dump', '-t', String(pid), '-D', anchor, '-o', 'dump.log']);
+      await gone(pid);
+      add('anchor_gpu_free_s', lock + dck);
+      add('anchor_ckpt_s', lock + dck + dump);
+      add('anchor_image_bytes', du(anchor));
+      const crs = criu(['restore', '-D', anchor, '-o', 'restore.log', '--restore-detached']);
+      const drs = driver(pid, 'restore') + driver(pid, 'unlock');
+      add('anchor_restore_s', crs + drs);
+      add('anchor_driver_restore_s', drs);
+      await w.verify(p, ready, `${round}: after the anchor's checkpoint + restore`);
+      fs.rmSync(anchor, { recursive: true, force: true });
+      h.say(`# ${round}: ckpt ${ck.seconds} s / anchor ${(lock + dck + dump).toFixed(2)} s; restore ${rs.seconds} s / anchor ${(crs + drs).toFixed(2)} s`);
+    }
+    await p.send('quit', 'bye').catch(() => undefined);
+  } finally {
+    p.close();
+  }
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+}
+
+function summarize(metrics) {
+  const g = (k) => metrics[k]?.median;
+  const r = (a, b) => (g(a) && g(b) ? (g(b) / g(a)).toFixed(1) : '?');
+  return (
+    `median checkpoint ${g('ckpt_s')} s vs anchor ${g('anchor_ckpt_s')?.toFixed(2)} s (x${r('ckpt_s', 'anchor_ckpt_s')}), ` +
+    `restore ${g('restore_s')} s vs ${g('anchor_restore_s')?.toFixed(2)} s (x${r('restore_s', 'anchor_restore_s')}), ` +
+    `suspend ${g('suspend_gpu_free_s')} s, resume ${g('resume_s')} s` +
+    (g('migrate_downtime_s') !== undefined ? `, migrate ${g('migrate_downtime_s')} s` : '')
+  );
+}
