@@ -34,7 +34,28 @@ const ROWS = [
 const num = (v, unit) => (unit === 'GB' ? (v / 1e9).toFixed(2) : v < 10 ? v.toFixed(2) : v.toFixed(1));
 const all = (m, unit) => m.all.map((v) => num(v, unit)).join(', ');
 
+/** The shim's own cost: native against under the shim, no anchor. */
+function shimTable(r) {
+  const g = (k) => r.metrics[k];
+  const ns = (v) => `${(v / 1000).toFixed(1)} µs`;
+  const rate = (v) => `${(v / 1e6).toFixed(3)} M/s`;
+  const ratio = g('malloc_free_ns_plain').median / g('malloc_free_ns_shim').median;
+  const launch = g('launch_rate_ratio').median;
+  return [
+    `### ${r.workload}`,
+    '',
+    `${r.gpus}× ${r.gpu}, driver ${r.driver}; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) each (every run listed).`,
+    '',
+    '| | native | under the shim | shim vs native | target |',
+    '| --- | --- | --- | --- | --- |',
+    `| cudaMalloc(1 MiB) + cudaFree | ${ns(g('malloc_free_ns_plain').median)} (${g('malloc_free_ns_plain').all.map(ns).join(', ')}) | **${ns(g('malloc_free_ns_shim').median)}** (${g('malloc_free_ns_shim').all.map(ns).join(', ')}) | ${ratio.toFixed(1)}× faster | ≥ 10× faster: ${ratio >= 10 ? 'met' : '**missed**'} |`,
+    `| empty kernel launches | ${rate(g('launches_per_s_plain').median)} (${g('launches_per_s_plain').all.map(rate).join(', ')}) | **${rate(g('launches_per_s_shim').median)}** (${g('launches_per_s_shim').all.map(rate).join(', ')}) | ${(100 * launch).toFixed(1)} % (${g('launch_rate_ratio').all.map((v) => (100 * v).toFixed(1)).join(', ')}) | ≥ 99 %: ${launch >= 0.99 ? 'met' : '**missed**'} |`,
+    '',
+  ].join('\n');
+}
+
 function table(name, r) {
+  if (name === 'shim') return shimTable(r);
   const out = [];
   const kind = name;
   out.push(`### ${r.workload}`, '');
@@ -56,6 +77,7 @@ function table(name, r) {
       .join(', ');
   if (phases('suspend.')) out.push('', `Where suspend's time goes (medians, s): ${phases('suspend.')}.`);
   if (phases('resume.')) out.push(`Where resume's time goes (medians, s): ${phases('resume.')}.`);
+  if (phases('restore.')) out.push(`Where a whole-process restore's time goes (medians, s): ${phases('restore.')}.`);
   out.push('');
   return out.join('\n');
 }

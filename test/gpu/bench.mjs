@@ -12,7 +12,8 @@
  *
  * Environment: BENCH_POOLS (default "1,16,64"; sizes that do not fit the
  * GPU, host memory or disk are skipped with the reason), BENCH_RUNS
- * (default 3), BENCH_TORCH (default 1).
+ * (default 3), BENCH_TORCH (default 1), BENCH_SHIM (default 1: the shim's
+ * own cost, cudaMalloc+cudaFree and kernel launches against native).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -36,13 +37,22 @@ export async function runBench(h) {
     cpus: os.cpus().length,
     hostMemGiB: Math.round(os.totalmem() / GiB),
     date: new Date().toISOString().slice(0, 10),
-    command: `BENCH_POOLS=${env.BENCH_POOLS ?? '1,16,64'} BENCH_RUNS=${runs} npm run bench`,
+    command: `${env.TORCH_PARAMS_M ? `TORCH_PARAMS_M=${env.TORCH_PARAMS_M} ` : ''}${env.TORCH_BUFFER_GIB ? `TORCH_BUFFER_GIB=${env.TORCH_BUFFER_GIB} ` : ''}BENCH_POOLS=${env.BENCH_POOLS ?? '1,16,64'} BENCH_RUNS=${runs} npm run bench`,
   };
   const save = (name, workload, metrics) => {
     const file = path.join(outDir, `${name}.json`);
     fs.writeFileSync(file, JSON.stringify({ ...host, workload, runs, metrics }, null, 1));
     h.say(`# bench ${name}: ${file}`);
   };
+
+  if (env.BENCH_SHIM !== '0') {
+    await h.test('bench/shim', async () => {
+      const metrics = await benchShim(h, runs);
+      save('shim', 'what the shim adds: bench_alloc, plain and under gpuckpt run, alternately', metrics);
+      const g = (k) => metrics[k].median;
+      return `cudaMalloc+cudaFree x${(g('malloc_free_ns_plain') / g('malloc_free_ns_shim')).toFixed(1)} faster under the shim; launch rate ${(100 * g('launch_rate_ratio')).toFixed(1)} % of native`;
+    });
+  }
 
   for (const gib of (env.BENCH_POOLS ?? '1,16,64').split(',').map(Number).filter((g) => g > 0)) {
     const name = `pool-${gib}g`;
@@ -80,6 +90,29 @@ export async function runBench(h) {
       return summarize(metrics);
     });
   }
+}
+
+/** bench_alloc plain and under the shim, alternately, `runs` times each (each run is itself the median of 5 repetitions). */
+async function benchShim(h, runs) {
+  const m = {};
+  const add = (k, v) => (m[k] ??= []).push(v);
+  const one = async (shim) => {
+    const app = new h.App('bench/shim', 'bench_alloc', [], { shim });
+    const r = await app.next('bench', 180_000);
+    if (r.event !== 'bench') throw app.error(`bench_alloc: ${JSON.stringify(r).slice(0, 200)}`);
+    await app.waitExit(30_000);
+    return r;
+  };
+  for (let i = 0; i < runs; i++) {
+    const plain = await one(false);
+    const shim = await one(true);
+    add('malloc_free_ns_plain', plain.mallocFreeNs);
+    add('malloc_free_ns_shim', shim.mallocFreeNs);
+    add('launches_per_s_plain', plain.launchesPerSec);
+    add('launches_per_s_shim', shim.launchesPerSec);
+    add('launch_rate_ratio', shim.launchesPerSec / plain.launchesPerSec);
+  }
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
 }
 
 /** A reason the pool cannot be measured here, or undefined. */
@@ -167,6 +200,8 @@ async function benchWorkload(h, runs, w) {
       add('image_bytes', du(img));
       const rs = await h.cliJson(['restore', img, '--detach', '--json'], 600_000);
       add('restore_s', rs.seconds);
+      add('restore.criu_s', rs.criuSeconds);
+      for (const [k, v] of Object.entries(rs.resume?.phases ?? {})) add(`restore.${k}_s`, v);
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });
 
