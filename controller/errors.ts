@@ -23,6 +23,7 @@ export type ErrorCode =
   | 'IMAGE_WRITE_FAILED'
   | 'IMAGE_READ_FAILED'
   | 'LAYOUT_MISMATCH'
+  | 'HALF_RESTORED'
   // suspend, resume, migrate
   | 'NO_DRIVER_CHECKPOINT'
   | 'DRIVER_CHECKPOINT'

@@ -85,7 +85,7 @@ export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock
   clock?.mark('pin');
   try {
     const c0 = performance.now();
-    for (const g of layout.groups) await session.copyIn(g);
+    for (const [i, g] of layout.groups.entries()) await session.copyIn(g, i === layout.groups.length - 1);
     clock?.mark('copy');
     return { copySeconds: (performance.now() - c0) / 1000, registerSeconds: staging.registerNs / 1e9 };
   } finally {

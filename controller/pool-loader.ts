@@ -62,10 +62,11 @@ export class PoolLoader {
    * Returns the seconds spent in copies. */
   async copyIn(session: ShimSession): Promise<number> {
     let copySeconds = 0;
-    for (const group of this.groups) {
+    for (const [i, group] of this.groups.entries()) {
       if (!this.fits) await this.decompress(group);
       const c0 = performance.now();
-      await session.copyIn(group.map(({ item, offset }) => ({ device: item.device, addr: item.addr, length: item.length, stagingOffset: offset })));
+      const ranges = group.map(({ item, offset }) => ({ device: item.device, addr: item.addr, length: item.length, stagingOffset: offset }));
+      await session.copyIn(ranges, i === this.groups.length - 1);
       copySeconds += (performance.now() - c0) / 1000;
     }
     this.progress.done();

@@ -8,7 +8,7 @@ import type { OutsidePool } from '../native/index.js';
 export interface ProcessRow {
   pid: number;
   command: string[];
-  poolState: 'active' | 'not-yet' | 'disabled' | 'suspended';
+  poolState: 'active' | 'not-yet' | 'disabled' | 'suspended' | 'half-restored';
   poolBase: bigint;
   sliceSize: bigint;
   gate: 'open' | 'closed';
@@ -17,7 +17,7 @@ export interface ProcessRow {
   error?: string;
 }
 
-const POOL_STATES = ['not-yet', 'active', 'disabled', 'suspended'] as const;
+const POOL_STATES = ['not-yet', 'active', 'disabled', 'suspended', 'half-restored'] as const;
 
 export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]> {
   let names: string[];

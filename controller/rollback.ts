@@ -8,13 +8,13 @@
  * checksums) before the pause, and the process's live allocations must be
  * exactly the image's, checked again once the process is paused.
  */
-import { GpuckptError } from './errors.js';
+import { GpuckptError, isGpuckptError } from './errors.js';
 import { ImageReader, type Manifest } from './image/index.js';
 import { ShimSession } from './session.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { PoolLoader } from './pool-loader.js';
 import { formatBytes, hex, round } from './units.js';
-import type { AllocEntry, HelloReply } from '../native/index.js';
+import { PoolState, type AllocEntry, type HelloReply } from '../native/index.js';
 
 export interface RollbackOptions {
   stagingLimit?: bigint;
@@ -47,15 +47,25 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
     loader = await PoolLoader.prepare(session, reader, opts);
 
     const pauseStart = performance.now();
-    await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
+    await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS, true);
     let copySeconds = 0;
     try {
       // The process may have changed its allocations since the first look.
       checkAllocations(m, await session.listAllocations(), pid);
-      copySeconds = await loader.copyIn(session);
-    } finally {
-      await session.resume().catch(() => undefined);
+    } catch (e) {
+      await session.resume().catch(() => undefined); // nothing written yet
+      throw e;
     }
+    try {
+      copySeconds = await loader.copyIn(session);
+    } catch (e) {
+      // Part of the image may be in the pool: the shim keeps the process
+      // held rather than let it compute on a mix (and lets it go if no byte
+      // was written). Say which.
+      session.close();
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${await afterCutRollback(pid, reader.path)}`);
+    }
+    await session.resume();
     const pauseSeconds = (performance.now() - pauseStart) / 1000;
     const raw = Number(m.data.rawBytes);
     return {
@@ -72,6 +82,28 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
     session?.close();
     await loader?.close();
     await reader.close();
+  }
+}
+
+/** What a rollback cut off during its copies left the process in, in words. */
+async function afterCutRollback(pid: number, image: string): Promise<string> {
+  try {
+    const again = await ShimSession.open(pid);
+    try {
+      // The shim settles once it has seen the first session go.
+      for (let i = 0; i < 100; i++) {
+        const st = await again.status();
+        if (st.poolState === PoolState.HALF_RESTORED)
+          return `process ${pid} stays paused with part of the image in its pool: run gpuckpt restore ${image} --into ${pid} again (or end it)`;
+        if (!st.gateClosed) return `process ${pid} runs on untouched`;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return `process ${pid} is still paused (gpuckpt ps)`;
+    } finally {
+      again.close();
+    }
+  } catch {
+    return `process ${pid} could not be asked how it stands (gpuckpt ps)`;
   }
 }
 

@@ -32,6 +32,8 @@ const STAGING_HELD = 1;
 const STAGING_PRIVATE = 2;
 const STAGING_READY = 4;
 const SUSPEND_HOLD_STAGING = 1;
+const QUIESCE_ROLLBACK = 1;
+const COPY_COMPLETES = 1;
 
 export interface StagingMemory {
   /** -1 for memory only the shim sees. */
@@ -121,9 +123,16 @@ export class ShimSession {
     return (await this.request<{ devices: DeviceInfo[] }>(MessageType.DEVICES, 'devices')).devices;
   }
 
-  /** Pauses the application's CUDA work; see gpuckpt_protocol.h for the lease. */
-  quiesce(leaseMs: number): Promise<{ drainNs: number; syncNs: number }> {
-    return this.request(MessageType.QUIESCE, 'quiesce', { leaseMs }, leaseMs + REQUEST_TIMEOUT_MS);
+  /**
+   * Pauses the application's CUDA work; see gpuckpt_protocol.h for the
+   * lease. rollback: the pause is for writing an image into the pool
+   * (restore --into); cut off before the copy that completes it, the
+   * application stays held instead of running on a mix of two states.
+   */
+  quiesce(leaseMs: number, rollback = false): Promise<{ drainNs: number; syncNs: number }> {
+    return this.request(MessageType.QUIESCE, 'quiesce', { leaseMs, flags: rollback ? QUIESCE_ROLLBACK : 0 }, leaseMs + REQUEST_TIMEOUT_MS, {
+      ENOTRECOVERABLE: 'HALF_RESTORED',
+    });
   }
 
   resume(): Promise<{ closedNs: number }> {
@@ -174,8 +183,9 @@ export class ShimSession {
     return this.request(MessageType.COPY_OUT, 'copy out', { ranges });
   }
 
-  copyIn(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.COPY_IN, 'copy in', { ranges });
+  /** completes: with these ranges the image's data is all in the pool. */
+  copyIn(ranges: CopyRange[], completes = false): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.COPY_IN, 'copy in', { ranges, flags: completes ? COPY_COMPLETES : 0 });
   }
 
   /**
@@ -226,6 +236,7 @@ function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<s
     ENOMEM: 'out of memory',
     EIO: 'the CUDA driver reported an error',
     EPERM: 'the application is not paused by this session',
+    ENOTRECOVERABLE: 'its pool holds part of an image from a restore --into that was cut off; restore an image into it again (gpuckpt restore IMAGE --into PID)',
   };
   const why = (code && reason[code]) || err?.message || String(e);
   return new GpuckptError((code && !err?.transport && codes[code]) || 'SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);

@@ -21,8 +21,13 @@ static CUstream copy_streams[GPCK_MAX_DEVICES];
  * held, its pool released, until a controller remaps the pool, copies the
  * data back and resumes. A controller lost between remap and resume leaves
  * the pool released again rather than letting the application run on
- * memory whose contents were never restored. */
-static enum { RUNNING, SUSPENDED, RESTORING } suspension = RUNNING;
+ * memory whose contents were never restored.
+ * A rollback (restore --into) is ROLLING_BACK from its first COPY_IN; cut
+ * off before its last one, the application stays held, HALF_RESTORED,
+ * until another rollback completes. restore_complete: the current
+ * rollback's or resume's last COPY_IN (GPCK_COPY_COMPLETES) succeeded. */
+static enum { RUNNING, SUSPENDED, RESTORING, ROLLING_BACK, HALF_RESTORED } suspension = RUNNING;
+static bool restore_complete;
 static char held_image[GPCK_PATH_LEN];
 /* The pool's data itself, when a suspend kept it in staging memory. */
 static struct gp_held held_data = { .fd = -1 };
@@ -31,7 +36,15 @@ static uint32_t pool_state_now(void)
 {
     struct gp_shim_info info;
     gp_shim_info(&info);
-    return suspension == RUNNING ? (uint32_t)info.pool_state : GPCK_POOL_SUSPENDED;
+    switch (suspension) {
+    case SUSPENDED:
+    case RESTORING:
+        return GPCK_POOL_SUSPENDED;
+    case HALF_RESTORED:
+        return GPCK_POOL_HALF_RESTORED;
+    default:
+        return (uint32_t)info.pool_state;
+    }
 }
 
 bool gp_gate_held(void)
@@ -116,13 +129,25 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
 {
     if (len != sizeof(struct gpck_quiesce_req))
         return -EPROTO;
+    const struct gpck_quiesce_req *req = payload;
+    if (req->flags & ~GPCK_QUIESCE_ROLLBACK)
+        return -EINVAL;
     if (gate_holder)
         return gate_holder == c ? -EALREADY : -EBUSY;
-    if (suspension != RUNNING)
-        return -EBUSY;
-    const struct gpck_quiesce_req *req = payload;
+    bool rollback = req->flags & GPCK_QUIESCE_ROLLBACK;
     c->lease_ms = req->lease_ms ? req->lease_ms : GPCK_DEFAULT_LEASE_MS;
     memset(rep, 0, sizeof(*rep));
+    if (suspension == HALF_RESTORED) {
+        /* Held already, the gate closed: only a rollback may take it. */
+        if (!rollback)
+            return -ENOTRECOVERABLE;
+        gate_holder = c;
+        c->holds_gate = true;
+        c->rollback = true;
+        return 0;
+    }
+    if (suspension != RUNNING)
+        return -EBUSY;
     int err = gp_gate_close(c->lease_ms, &rep->drain_ns);
     if (err)
         return err;
@@ -139,6 +164,7 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
     }
     gate_holder = c;
     c->holds_gate = true;
+    c->rollback = rollback;
     return 0;
 }
 
@@ -146,9 +172,13 @@ static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
 {
     if (gate_holder != c)
         return -EPERM;
+    /* Never onto a pool that holds part of an image. */
+    if ((suspension == ROLLING_BACK && !restore_complete) || suspension == HALF_RESTORED)
+        return -EPERM;
     rep->closed_ns = gp_gate_open();
     gate_holder = NULL;
     c->holds_gate = false;
+    c->rollback = false;
     suspension = RUNNING;
     held_image[0] = 0;
     if (c->staging.borrowed) { /* the held memory, unpinned before it goes */
@@ -229,6 +259,7 @@ static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
         return err;
     }
     suspension = RESTORING;
+    restore_complete = false;
     gate_holder = c;
     c->holds_gate = true;
     c->lease_ms = GPCK_DEFAULT_LEASE_MS;
@@ -345,11 +376,21 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     /* Copies are only consistent while the application is held still. */
     if (gate_holder != c)
         return -EPERM;
+    if (req->flags & ~GPCK_COPY_COMPLETES)
+        return -EINVAL;
+    /* Writing into a running process's pool is a rollback's alone. */
+    if (!to_host && suspension != RESTORING && !c->rollback)
+        return -EPERM;
     if (!c->staging.base)
         return -ENOBUFS;
     int err = check_ranges(c, req);
     if (err)
         return err;
+    if (!to_host) {
+        if (suspension == RUNNING || suspension == HALF_RESTORED)
+            suspension = ROLLING_BACK;
+        restore_complete = false;
+    }
     uint64_t t0 = gp_now_ns(), bytes = 0;
     bool used[GPCK_MAX_DEVICES] = { false };
     for (uint32_t i = 0; i < req->count && !err; i++) {
@@ -388,6 +429,8 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     }
     rep->bytes = bytes;
     rep->ns = gp_now_ns() - t0;
+    if (!to_host && !err && (req->flags & GPCK_COPY_COMPLETES))
+        restore_complete = true;
     return err;
 }
 
@@ -438,10 +481,41 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
     }
 }
 
+/* The data is all back (rollback or resume): as if the controller had resumed. */
+static void finish_restore(struct gp_client *c, const char *why)
+{
+    uint64_t ns = gp_gate_open();
+    gate_holder = NULL;
+    c->holds_gate = false;
+    c->rollback = false;
+    suspension = RUNNING;
+    held_image[0] = 0;
+    if (c->staging.borrowed)
+        gp_staging_release_later(&c->staging, &held_data);
+    else
+        gp_held_drop(&held_data);
+    GP_WARN("control", "%s after the data was all restored: resumed the application after %.3f s", why, ns / 1e9);
+}
+
 void gp_client_drop_gate(struct gp_client *c, const char *why)
 {
     if (gate_holder != c)
         return;
+    if ((suspension == RESTORING || suspension == ROLLING_BACK) && restore_complete) {
+        finish_restore(c, why);
+        return;
+    }
+    if (suspension == ROLLING_BACK || suspension == HALF_RESTORED) {
+        /* Part of an image is in the pool: running on would compute on a
+         * mix of two states. Held, until a rollback completes. */
+        suspension = HALF_RESTORED;
+        gate_holder = NULL;
+        c->holds_gate = false;
+        c->rollback = false;
+        GP_ERROR("control", "%s during a rollback: the pool holds part of the image, so the application stays "
+                 "paused until an image is restored into it again (gpuckpt restore IMAGE --into %d)", why, (int)getpid());
+        return;
+    }
     if (suspension == RESTORING) {
         /* The data never came back: release the pool again and keep the
          * application held; the image at held_image still has it all. */
@@ -456,6 +530,7 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
     GP_WARN("control", "%s with the application paused; resumed it after %.3f s", why, ns / 1e9);
     gate_holder = NULL;
     c->holds_gate = false;
+    c->rollback = false;
 }
 
 void gp_client_release(struct gp_client *c)

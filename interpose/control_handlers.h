@@ -12,6 +12,7 @@
 struct gp_client {
     int fd;
     bool holds_gate;          /* this client quiesced the application */
+    bool rollback;            /* ... to write an image back (GPCK_QUIESCE_ROLLBACK) */
     uint32_t lease_ms;        /* reopen the gate after this much silence */
     uint64_t last_message_ns;
     struct gp_staging staging;

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 3u
+#define GPCK_PROTOCOL_VERSION 4u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -64,6 +64,9 @@ enum gpck_pool_state {
     GPCK_POOL_ACTIVE = 1,    /* the reservation is in place at the fixed base */
     GPCK_POOL_DISABLED = 2,  /* could not reserve at the base: pass-through */
     GPCK_POOL_SUSPENDED = 3, /* physical memory released, application held */
+    GPCK_POOL_HALF_RESTORED = 4, /* a rollback was cut off midway: the pool holds part
+                                  * of an image, so the application stays held until
+                                  * a rollback (GPCK_QUIESCE_ROLLBACK) completes */
 };
 
 struct gpck_hello_rep {
@@ -117,13 +120,22 @@ struct gpck_devices_rep {
     struct gpck_device_info devices[GPCK_MAX_DEVICES];
 };
 
+/* GPCK_QUIESCE_ROLLBACK: the pause is for writing an image back into the
+ * running pool (restore --into). Only such a pause may COPY_IN into a
+ * running process, and only it may take a half-restored one. From its
+ * first COPY_IN until one with GPCK_COPY_COMPLETES succeeds, the pool
+ * holds a mix of the image and what was there: a controller lost then (or
+ * a RESUME) leaves the application held (GPCK_POOL_HALF_RESTORED) rather
+ * than running on the mix; lost after it, the application runs on. */
+#define GPCK_QUIESCE_ROLLBACK 1u
+
 struct gpck_quiesce_req {
     /* If the controller sends nothing for this long while the gate is
      * closed, the shim reopens it: a hung controller cannot stall the app
      * for ever. A controller that dies closes the socket, which reopens the
      * gate at once. 0 = the default (GPCK_DEFAULT_LEASE_MS). */
     uint32_t lease_ms;
-    uint32_t reserved;
+    uint32_t flags;            /* GPCK_QUIESCE_* */
 };
 #define GPCK_DEFAULT_LEASE_MS 30000u
 
@@ -190,9 +202,14 @@ struct gpck_copy_range {
     uint64_t staging_offset;   /* must lie inside the mapped staging memory */
 };
 
+/* GPCK_COPY_COMPLETES (COPY_IN): with this request the image's data is all
+ * in the pool, so a controller lost afterwards no longer leaves the
+ * application held (rollback) or released again (resume). */
+#define GPCK_COPY_COMPLETES 1u
+
 struct gpck_copy_req {
     uint32_t count;            /* <= GPCK_MAX_COPY_RANGES */
-    uint32_t reserved;
+    uint32_t flags;            /* GPCK_COPY_* */
     struct gpck_copy_range ranges[];
 };
 

@@ -26,7 +26,7 @@ export const MessageType = {
 } as const;
 
 /** enum gpck_pool_state */
-export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2, SUSPENDED: 3 } as const;
+export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2, SUSPENDED: 3, HALF_RESTORED: 4 } as const;
 
 /** CUprocessState of the driver checkpoint API. */
 export const DriverProcessState = { RUNNING: 0, LOCKED: 1, CHECKPOINTED: 2, FAILED: 3 } as const;

@@ -38,7 +38,7 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
     case GPCK_STAGING_UNMAP:
       return true;
     case GPCK_QUIESCE:
-      Append(out, gpck_quiesce_req{static_cast<uint32_t>(ToU64(args.Get("leaseMs"))), 0});
+      Append(out, gpck_quiesce_req{static_cast<uint32_t>(ToU64(args.Get("leaseMs"))), static_cast<uint32_t>(ToU64(args.Get("flags")))});
       return true;
     case GPCK_LIST_ALLOCS:
       Append(out, gpck_list_req{ToU64(args.Get("start")), static_cast<uint32_t>(ToU64(args.Get("max"))), 0});
@@ -73,7 +73,7 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
         err = "too many ranges in one copy";
         return false;
       }
-      Append(out, gpck_copy_req{ranges.Length(), 0});
+      Append(out, gpck_copy_req{ranges.Length(), static_cast<uint32_t>(ToU64(args.Get("flags")))});
       for (uint32_t i = 0; i < ranges.Length(); i++) {
         Napi::Object r = ranges.Get(i).As<Napi::Object>();
         Append(out, gpck_copy_range{static_cast<uint32_t>(ToU64(r.Get("device"))), 0, ToU64(r.Get("addr")),

@@ -278,6 +278,103 @@ static void test_suspend_rules(void)
     close(fd);
 }
 
+static struct gpck_status_rep status_of(int fd)
+{
+    struct gpck_status_rep st;
+    memset(&st, 0, sizeof(st));
+    send_msg(fd, GPCK_STATUS, 90, NULL, 0);
+    CHECK(recv_status(fd, &st, sizeof(st)) == 0);
+    return st;
+}
+
+/* Quiesces (flags), maps staging, and copies the first 4 KiB of the first
+ * allocation out to staging offset 0: copying it back in changes nothing. */
+static int rollback_client(uint32_t quiesce_flags, int expect_quiesce, struct gpck_copy_range *range)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_quiesce_req q = { 60000, quiesce_flags };
+    send_msg(fd, GPCK_QUIESCE, 2, &q, sizeof(q));
+    int st = recv_status(fd, NULL, 0);
+    CHECK(st == expect_quiesce);
+    if (st)
+        return fd;
+    struct gpck_staging_req sr = { .size = 1 << 20 };
+    send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    struct gpck_list_req lr = { 0, 1, 0 };
+    uint8_t lbuf[sizeof(struct gpck_list_rep) + sizeof(struct gpck_alloc_entry)];
+    send_msg(fd, GPCK_LIST_ALLOCS, 4, &lr, sizeof(lr));
+    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
+    struct gpck_list_rep *rep = (void *)lbuf;
+    CHECK(rep->count == 1);
+    *range = (struct gpck_copy_range){ rep->entries[0].device, 0, rep->entries[0].addr, 4096, 0 };
+    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)buf;
+    *cr = (struct gpck_copy_req){ 1, 0 };
+    cr->ranges[0] = *range;
+    send_msg(fd, GPCK_COPY_OUT, 5, buf, sizeof(buf));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    return fd;
+}
+
+static int copy_back(int fd, const struct gpck_copy_range *range, uint32_t flags)
+{
+    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)buf;
+    *cr = (struct gpck_copy_req){ 1, flags };
+    cr->ranges[0] = *range;
+    send_msg(fd, GPCK_COPY_IN, 6, buf, sizeof(buf));
+    return recv_status(fd, NULL, 0);
+}
+
+/* Writing into a running pool is a declared rollback's alone; one cut off
+ * before its last copy leaves the application held (half restored) until
+ * another rollback completes; cut off after it, the application runs on. */
+static void test_rollback_rules(void)
+{
+    struct gpck_copy_range range;
+    int fd = rollback_client(0, 0, &range);
+    CHECK(copy_back(fd, &range, 0) == -EPERM); /* a plain pause may only read */
+    close(fd);
+    usleep(100000);
+
+    fd = rollback_client(GPCK_QUIESCE_ROLLBACK, 0, &range);
+    CHECK(copy_back(fd, &range, 0) == 0);
+    send_msg(fd, GPCK_RESUME, 7, NULL, 0); /* not onto a half-written pool */
+    CHECK(recv_status(fd, NULL, 0) == -EPERM);
+    close(fd); /* the controller is lost midway */
+    usleep(100000);
+
+    int watcher = connect_shim();
+    CHECK(hello(watcher) == 0);
+    struct gpck_status_rep st = status_of(watcher);
+    CHECK(st.pool_state == GPCK_POOL_HALF_RESTORED);
+    CHECK(st.gate_state == GPCK_GATE_CLOSED);
+    close(rollback_client(0, -ENOTRECOVERABLE, &range)); /* no checkpoint of a half-restored pool */
+    struct gpck_quiesce_req bad = { 60000, 0x80 };
+    send_msg(watcher, GPCK_QUIESCE, 8, &bad, sizeof(bad));
+    CHECK(recv_status(watcher, NULL, 0) == -EINVAL);
+
+    fd = rollback_client(GPCK_QUIESCE_ROLLBACK, 0, &range); /* another rollback takes it */
+    send_msg(fd, GPCK_RESUME, 7, NULL, 0); /* nothing copied yet: still half restored */
+    CHECK(recv_status(fd, NULL, 0) == -EPERM);
+    CHECK(copy_back(fd, &range, GPCK_COPY_COMPLETES) == 0);
+    send_msg(fd, GPCK_RESUME, 8, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd);
+    st = status_of(watcher);
+    CHECK(st.pool_state == GPCK_POOL_ACTIVE && st.gate_state == GPCK_GATE_OPEN);
+
+    fd = rollback_client(GPCK_QUIESCE_ROLLBACK, 0, &range);
+    CHECK(copy_back(fd, &range, GPCK_COPY_COMPLETES) == 0);
+    close(fd); /* lost after the last copy: the rollback stands, the application runs */
+    usleep(100000);
+    st = status_of(watcher);
+    CHECK(st.pool_state == GPCK_POOL_ACTIVE && st.gate_state == GPCK_GATE_OPEN);
+    close(watcher);
+}
+
 /* A client that disconnects while holding the gate releases it at once. */
 static void test_disconnect_reopens_gate(void)
 {
@@ -420,6 +517,7 @@ int main(int argc, char **argv)
     RUN(test_oversized_staging_refused);
     RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);
+    RUN(test_rollback_rules);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
 }
