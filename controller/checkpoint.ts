@@ -32,6 +32,12 @@ export interface CheckpointOptions {
   progress?: boolean;
   /** Written into the manifest; 'process' when a CRIU image joins the pool's. */
   kind?: 'gpu-only' | 'process';
+  /**
+   * Let the shim prepare staging while the DMA runs instead of before the
+   * pause: the pause grows, the total shrinks. For a suspend, whose
+   * process stops anyway and waits for the GPU to be free.
+   */
+  prepareDuringCopy?: boolean;
 }
 
 export interface CheckpointSummary {
@@ -92,7 +98,7 @@ export async function writePoolImage(
     writer = await ImageWriter.create(out, { force: opts.force });
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
-    staging = await session.mapStaging(stagingForStatus(status, opts.stagingLimit).bytes);
+    staging = await session.mapStaging(stagingForStatus(status, opts.stagingLimit).bytes, 'shared', !opts.prepareDuringCopy);
     codecs = new CodecPool(opts.workers);
     await codecs.mapStaging(staging.fd, staging.size);
 

@@ -9,6 +9,7 @@
  * exactly the image's, checked again once the process is paused.
  */
 import { GpuckptError, isGpuckptError } from './errors.js';
+import { faultPoint } from './faults.js';
 import { ImageReader, type Manifest } from './image/index.js';
 import { ShimSession } from './session.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
@@ -65,6 +66,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
       session.close();
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${await afterCutRollback(pid, reader.path)}`);
     }
+    faultPoint('reopen');
     await session.resume();
     const pauseSeconds = (performance.now() - pauseStart) / 1000;
     const raw = Number(m.data.rawBytes);

@@ -159,12 +159,13 @@ export class ShimSession {
    * this process through a memfd. kind 'private': memory only the shim sees
    * (fd -1), faster to get, for data this process never reads; 'held': the
    * staging memory a suspend kept with the pool's data in it (shared or not
-   * as it was made). Shared staging is ready when this returns, so a live
-   * checkpoint's pause is the DMA alone; private and held staging are
-   * prepared while the copies run (suspend and resume: the total counts).
+   * as it was made). ready: prepared (faulted in, pinned) before this
+   * returns, so a live checkpoint's pause is the DMA alone (the default for
+   * shared staging); otherwise prepared while the copies run (suspend and
+   * resume: the total counts).
    */
-  async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared'): Promise<StagingMemory> {
-    const flags = { shared: STAGING_READY, private: STAGING_PRIVATE, held: STAGING_HELD }[kind];
+  async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared', ready = kind === 'shared'): Promise<StagingMemory> {
+    const flags = { shared: 0, private: STAGING_PRIVATE, held: STAGING_HELD }[kind] | (ready ? STAGING_READY : 0);
     const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
       MessageType.STAGING_MAP,
       kind === 'held' ? 'map the held pool data' : 'map staging memory',

@@ -22,6 +22,7 @@ import { join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions, type Staged } from './checkpoint.js';
 import { driverFreeze, driverState, driverThaw, type GpuPair } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
+import { faultPoint } from './faults.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
@@ -99,8 +100,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       try {
         await session.suspendPool(holdDir, true);
       } catch (e) {
-        rmSync(holdDir, { recursive: true, force: true }); // still running: the gate reopens as the session closes
-        throw e;
+        await resumeHalfSuspended(session, pid, e, {}, () => rmSync(holdDir, { recursive: true, force: true }));
       }
       times.released = performance.now();
       clock.mark('release');
@@ -125,7 +125,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       written = await writePoolImage(
         session,
         image,
-        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS },
+        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, prepareDuringCopy: true },
         async (staged: Staged) => {
           if (!staged.complete) return; // staging was reused: the image must be complete first
           held = true;
@@ -147,9 +147,9 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       try {
         await session.suspendPool(image);
       } catch (e) {
-        // Still running (the gate reopens as the session closes).
-        if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
-        throw e;
+        await resumeHalfSuspended(session, pid, e, { keepImage: true, image }, () => {
+          if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
+        });
       }
       times.released = performance.now();
       clock.mark('release');
@@ -186,6 +186,32 @@ function summary(
     seconds: round((performance.now() - t0) / 1000),
     phases: clock.phases,
   };
+}
+
+/**
+ * A refused SUSPEND_POOL: mostly the process still runs (the gate reopens
+ * as the session closes; stillRunning cleans up). But when the driver kept
+ * part of the pool mapped, the shim has released the rest and counts the
+ * process suspended: it is resumed from where its data is held. Throws.
+ */
+async function resumeHalfSuspended(
+  session: ShimSession,
+  pid: number,
+  e: unknown,
+  where: { keepImage?: boolean; image?: string },
+  stillRunning: () => void,
+): Promise<never> {
+  const st = await session.status().catch(() => undefined);
+  if (st?.poolState !== PoolState.SUSPENDED) {
+    stillRunning();
+    throw e;
+  }
+  const back = await resumeProcess(pid, where).then(
+    () => true,
+    () => false,
+  );
+  const code = isGpuckptError(e) ? e.code : 'SHIM_ERROR';
+  throw new GpuckptError(code, `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its data held (gpuckpt resume ${pid})`}`);
 }
 
 /** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */
@@ -260,6 +286,7 @@ export async function resumeProcess(
       copySeconds = await loader.copyIn(session);
       clock.mark('copy');
     }
+    faultPoint('reopen');
     await session.resume();
     clock.mark('reopen');
     // Held in memory, the layout's directory is the hold directory: removed whole.

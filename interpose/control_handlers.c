@@ -219,16 +219,23 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
         gp_staging_hold(&c->staging, &held_data);
     else
         gp_staging_destroy(&c->staging);
-    rep->bytes = gp_pool_release_all();
+    err = gp_pool_release_all(&rep->bytes);
     rep->ns = gp_now_ns() - t0;
     memcpy(held_image, req->image, sizeof(held_image));
+    /* Suspended even when part of the pool could not be released: the part
+     * that was is gone, and the data is where req says; the controller
+     * resumes from there (remap skips what is still mapped). */
     suspension = SUSPENDED;
     /* The gate stays closed, held by no one. */
     gate_holder = NULL;
     c->holds_gate = false;
-    GP_INFO("control", "suspended: released %llu MiB; data held %s %s", (unsigned long long)(rep->bytes >> 20),
-            hold ? "in host memory, described at" : "at", held_image);
-    return 0;
+    if (err)
+        GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s",
+                 hold ? "in host memory, described at" : "at", held_image);
+    else
+        GP_INFO("control", "suspended: released %llu MiB; data held %s %s", (unsigned long long)(rep->bytes >> 20),
+                hold ? "in host memory, described at" : "at", held_image);
+    return err;
 }
 
 static int handle_drop_held(const void *payload, uint32_t len)
@@ -519,7 +526,8 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
     if (suspension == RESTORING) {
         /* The data never came back: release the pool again and keep the
          * application held; the image at held_image still has it all. */
-        gp_pool_release_all();
+        uint64_t released;
+        gp_pool_release_all(&released);
         suspension = SUSPENDED;
         gate_holder = NULL;
         c->holds_gate = false;

@@ -180,14 +180,18 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
     return 0;
 }
 
-static void unmap_chunk(struct slice *s, size_t i)
+/* A chunk the driver would not unmap stays mapped (and counted): marking it
+ * free would make the next map of that address fail. */
+static int unmap_chunk(struct slice *s, size_t i)
 {
     struct chunk *c = &s->chunks[i];
-    pool.ops.mem_unmap(chunk_addr(s, i), pool.cfg.chunk_size);
+    if (pool.ops.mem_unmap(chunk_addr(s, i), pool.cfg.chunk_size) != CUDA_SUCCESS)
+        return -EIO;
     pool.ops.mem_release(c->handle);
     c->mapped = false;
     c->handle = 0;
     s->bytes_mapped -= pool.cfg.chunk_size;
+    return 0;
 }
 
 /* Adds (sign=+1) or removes (sign=-1) the bytes of [addr, addr+size) to the
@@ -371,19 +375,21 @@ void gp_pool_usage(int device, struct gp_pool_device_usage *out)
     out->allocations = st.count;
 }
 
-uint64_t gp_pool_release_all(void)
+int gp_pool_release_all(uint64_t *bytes_released)
 {
-    uint64_t bytes = 0;
+    int err = 0;
+    *bytes_released = 0;
     for (int d = 0; gp_pool_active() && d < pool.cfg.device_count; d++) {
         struct slice *s = &pool.slices[d];
         pthread_mutex_lock(&s->lock);
-        bytes += s->bytes_mapped;
+        uint64_t before = s->bytes_mapped;
         for (size_t i = 0; i < s->chunk_count; i++)
-            if (s->chunks[i].mapped)
-                unmap_chunk(s, i);
+            if (s->chunks[i].mapped && unmap_chunk(s, i))
+                err = -EIO;
+        *bytes_released += before - s->bytes_mapped;
         pthread_mutex_unlock(&s->lock);
     }
-    return bytes;
+    return err;
 }
 
 int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
@@ -400,7 +406,8 @@ int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
         pthread_mutex_unlock(&s->lock);
     }
     if (err) {
-        gp_pool_release_all();
+        uint64_t released;
+        gp_pool_release_all(&released);
         *bytes_mapped = 0;
     }
     return err;

@@ -79,8 +79,9 @@ int gp_pool_list(uint64_t start, struct gp_pool_entry *out, uint32_t max, uint32
 bool gp_pool_range_is_live(int device, uint64_t addr, uint64_t len);
 void gp_pool_usage(int device, struct gp_pool_device_usage *out);
 /* Unmaps and releases every chunk (allocations and the reservation stay):
- * the GPU memory goes back to the driver. Returns the bytes released. */
-uint64_t gp_pool_release_all(void);
+ * the GPU memory goes back to the driver. 0, or -EIO when the driver
+ * refused to unmap some chunk (it stays mapped; the rest is released). */
+int gp_pool_release_all(uint64_t *bytes_released);
 /* Maps physical memory again under every chunk that holds live
  * allocations. On failure everything is released again (-ENOMEM). */
 int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err);

@@ -3,8 +3,9 @@
  * application) against the fake libcuda of test/fake-cuda. Needs `npm run
  * build` (shim, addon, TypeScript) and `make test-build` first.
  */
+import { afterAll, beforeAll } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { AppDriver, type AppEvent } from '../../controller/app-driver.js';
@@ -61,6 +62,22 @@ export class Sandbox {
     await Promise.all(this.apps.map((a) => a.quit().catch(() => undefined)));
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A sandbox whose processes share the fake driver's checkpoint-state
+ * directory and use the fake CRIU: for tests of suspend, resume and
+ * whole-process images. env goes to both the applications and the CLI.
+ */
+export function checkpointingSandbox(): { box: Sandbox; env: Record<string, string> } {
+  const box = new Sandbox();
+  const dir = box.path('driver-state');
+  beforeAll(() => {
+    requireBuilt();
+    mkdirSync(dir, { mode: 0o700 });
+  });
+  afterAll(() => box.cleanup());
+  return { box, env: { FAKE_CUDA_CKPT_DIR: dir, GPUCKPT_CRIU: join(ROOT, 'test', 'fake-criu', 'criu') } };
 }
 
 export function json<T = any>(text: string): T {
