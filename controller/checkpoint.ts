@@ -198,18 +198,18 @@ async function copyAndCompress(
   let pieces: Piece[] = [];
   let allocations: CopyRun['allocations'] = [];
   let copied = 0;
-  let stagedBytes = 0;
+  // Staging cannot hold every piece at once: regions are reused.
+  let ringMode = false;
   const groups: Placed[][] = [];
   try {
     allocations = await session.listAllocations();
     pieces = splitIntoPieces(allocations);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
-    stagedBytes = packedBytes(pieces);
+    ringMode = packedBytes(pieces) > staging.size;
     // When staging holds everything, compression waits until the
     // application runs again: the copy engines then have host memory
     // bandwidth to themselves and the pause is as short as the DMA.
-    const holdCompression = stagedBytes <= staging.size;
-    if (!holdCompression) allowCompression();
+    if (ringMode) allowCompression();
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
@@ -237,7 +237,7 @@ async function copyAndCompress(
     // suspend, the GPU memory can go).
     holding = false;
     try {
-      await release({ complete: stagedBytes <= staging.size, groups });
+      await release({ complete: !ringMode, groups });
     } catch (e) {
       firstFailure ??= e;
       allowCompression();
@@ -281,6 +281,6 @@ async function copyAndCompress(
     copySeconds,
     drainSeconds: seconds(q.drainNs),
     syncSeconds: seconds(q.syncNs),
-    ringMode: stagedBytes > staging.size,
+    ringMode,
   };
 }

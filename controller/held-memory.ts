@@ -79,15 +79,16 @@ export async function stagePool(
   }
 }
 
-/** DMA of the held data back into the (remapped) pool; the caller holds the process. */
-export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock): Promise<{ copySeconds: number; registerSeconds: number }> {
+/** DMA of the held data back into the (remapped) pool; the caller holds the process.
+ * Returns the seconds spent in copies. */
+export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock): Promise<number> {
   const staging = await session.mapStaging(0, 'held');
   clock?.mark('pin');
   try {
     const c0 = performance.now();
     for (const [i, g] of layout.groups.entries()) await session.copyIn(g, i === layout.groups.length - 1);
     clock?.mark('copy');
-    return { copySeconds: (performance.now() - c0) / 1000, registerSeconds: staging.registerNs / 1e9 };
+    return (performance.now() - c0) / 1000;
   } finally {
     if (staging.fd >= 0) native().closeFd(staging.fd);
   }

@@ -87,29 +87,40 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
     await driverState(pid); // a driver without the checkpoint API is refused before anything moves
     const devices = await session.devices();
+    const uuids = devices.map((d) => d.uuid);
     const needs = measureGpuNeeds(pid, devices, status);
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
     clock.mark('checks');
     const times = { released: 0, gpuFree: 0 };
 
+    /**
+     * The pool's GPU memory released, its data held at where (hold: in the
+     * staging memory, described there; else an image), then the driver's
+     * part: the GPU is free. stillRunning cleans up after a refusal.
+     */
+    const freeGpu = async (where: string, hold: boolean, stillRunning: () => void) => {
+      const image = hold ? undefined : where;
+      try {
+        await session.suspendPool(where, hold);
+      } catch (e) {
+        await resumeHalfSuspended(session, pid, e, { keepImage: !hold, image }, stillRunning);
+      }
+      times.released = performance.now();
+      clock.mark('release');
+      await freezeOrResume(pid, image, clock);
+      times.gpuFree = performance.now();
+    };
+
     /** Staging holds the whole pool: hand it to the shim, free the GPU. */
     const releaseHeld = async (layout: HeldLayout) => {
       writeHeldLayout(holdDir, layout);
       writeGpuNeeds(holdDir, needs);
-      try {
-        await session.suspendPool(holdDir, true);
-      } catch (e) {
-        await resumeHalfSuspended(session, pid, e, {}, () => rmSync(holdDir, { recursive: true, force: true }));
-      }
-      times.released = performance.now();
-      clock.mark('release');
-      await freezeOrResume(pid, undefined, clock);
-      times.gpuFree = performance.now();
+      await freeGpu(holdDir, true, () => rmSync(holdDir, { recursive: true, force: true }));
     };
 
     if (!opts.to) {
-      const staged = await stagePool(session, status, devices.map((d) => d.uuid), { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
+      const staged = await stagePool(session, status, uuids, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
         return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock);
@@ -129,7 +140,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
         async (staged: Staged) => {
           if (!staged.complete) return; // staging was reused: the image must be complete first
           held = true;
-          await releaseHeld({ rawBytes: staged.groups.flat().reduce((s, p) => s + p.length, 0), devices: devices.map((d) => d.uuid), groups: staged.groups });
+          await releaseHeld({ rawBytes: staged.groups.flat().reduce((s, p) => s + p.length, 0), devices: uuids, groups: staged.groups });
         },
       );
     } catch (e) {
@@ -144,17 +155,9 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       await session.dropHeld(image);
       rmSync(holdDir, { recursive: true, force: true });
     } else {
-      try {
-        await session.suspendPool(image);
-      } catch (e) {
-        await resumeHalfSuspended(session, pid, e, { keepImage: true, image }, () => {
-          if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
-        });
-      }
-      times.released = performance.now();
-      clock.mark('release');
-      await freezeOrResume(pid, image, clock);
-      times.gpuFree = performance.now();
+      await freeGpu(image, false, () => {
+        if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
+      });
     }
     clock.mark('image');
     return summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock);
@@ -279,7 +282,7 @@ export async function resumeProcess(
     clock.mark('remap');
     let copySeconds: number;
     if (layout) {
-      copySeconds = (await copyHeldIn(session, layout, clock)).copySeconds;
+      copySeconds = await copyHeldIn(session, layout, clock);
     } else {
       loader = await PoolLoader.prepare(session, reader!, opts);
       clock.mark('prepare');

@@ -52,6 +52,37 @@ bool gp_gate_held(void)
     return gate_holder != NULL;
 }
 
+/* c holds the gate (closed already); rollback: to write an image back. */
+static void take_gate(struct gp_client *c, bool rollback)
+{
+    gate_holder = c;
+    c->holds_gate = true;
+    c->rollback = rollback;
+}
+
+/* c no longer holds the gate; the gate itself stays as it is. */
+static void let_go(struct gp_client *c)
+{
+    gate_holder = NULL;
+    c->holds_gate = false;
+    c->rollback = false;
+}
+
+/* The pool's data is all in place: reopen the gate, forget any suspension
+ * and the memory that held the data. Returns how long the gate was closed. */
+static uint64_t run_again(struct gp_client *c)
+{
+    uint64_t ns = gp_gate_open();
+    let_go(c);
+    suspension = RUNNING;
+    held_image[0] = 0;
+    if (c->staging.borrowed) /* the held memory, unpinned before it goes */
+        gp_staging_release_later(&c->staging, &held_data);
+    else
+        gp_held_drop(&held_data);
+    return ns;
+}
+
 static int handle_hello(const void *payload, uint32_t len, struct gpck_hello_rep *rep)
 {
     struct gp_shim_info info;
@@ -141,9 +172,7 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
         /* Held already, the gate closed: only a rollback may take it. */
         if (!rollback)
             return -ENOTRECOVERABLE;
-        gate_holder = c;
-        c->holds_gate = true;
-        c->rollback = true;
+        take_gate(c, true);
         return 0;
     }
     if (suspension != RUNNING)
@@ -162,9 +191,7 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
         gp_gate_open();
         return err;
     }
-    gate_holder = c;
-    c->holds_gate = true;
-    c->rollback = rollback;
+    take_gate(c, rollback);
     return 0;
 }
 
@@ -175,17 +202,7 @@ static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
     /* Never onto a pool that holds part of an image. */
     if ((suspension == ROLLING_BACK && !restore_complete) || suspension == HALF_RESTORED)
         return -EPERM;
-    rep->closed_ns = gp_gate_open();
-    gate_holder = NULL;
-    c->holds_gate = false;
-    c->rollback = false;
-    suspension = RUNNING;
-    held_image[0] = 0;
-    if (c->staging.borrowed) { /* the held memory, unpinned before it goes */
-        gp_staging_release_later(&c->staging, &held_data);
-    } else {
-        gp_held_drop(&held_data);
-    }
+    rep->closed_ns = run_again(c);
     return 0;
 }
 
@@ -226,9 +243,7 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
      * that was is gone, and the data is where req says; the controller
      * resumes from there (remap skips what is still mapped). */
     suspension = SUSPENDED;
-    /* The gate stays closed, held by no one. */
-    gate_holder = NULL;
-    c->holds_gate = false;
+    let_go(c); /* the gate stays closed, held by no one */
     if (err)
         GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s",
                  hold ? "in host memory, described at" : "at", held_image);
@@ -267,8 +282,7 @@ static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
     }
     suspension = RESTORING;
     restore_complete = false;
-    gate_holder = c;
-    c->holds_gate = true;
+    take_gate(c, false);
     c->lease_ms = GPCK_DEFAULT_LEASE_MS;
     return 0;
 }
@@ -488,37 +502,21 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
     }
 }
 
-/* The data is all back (rollback or resume): as if the controller had resumed. */
-static void finish_restore(struct gp_client *c, const char *why)
-{
-    uint64_t ns = gp_gate_open();
-    gate_holder = NULL;
-    c->holds_gate = false;
-    c->rollback = false;
-    suspension = RUNNING;
-    held_image[0] = 0;
-    if (c->staging.borrowed)
-        gp_staging_release_later(&c->staging, &held_data);
-    else
-        gp_held_drop(&held_data);
-    GP_WARN("control", "%s after the data was all restored: resumed the application after %.3f s", why, ns / 1e9);
-}
-
 void gp_client_drop_gate(struct gp_client *c, const char *why)
 {
     if (gate_holder != c)
         return;
     if ((suspension == RESTORING || suspension == ROLLING_BACK) && restore_complete) {
-        finish_restore(c, why);
+        /* The data is all back: as if the controller had resumed. */
+        uint64_t ns = run_again(c);
+        GP_WARN("control", "%s after the data was all restored: resumed the application after %.3f s", why, ns / 1e9);
         return;
     }
     if (suspension == ROLLING_BACK || suspension == HALF_RESTORED) {
         /* Part of an image is in the pool: running on would compute on a
          * mix of two states. Held, until a rollback completes. */
         suspension = HALF_RESTORED;
-        gate_holder = NULL;
-        c->holds_gate = false;
-        c->rollback = false;
+        let_go(c);
         GP_ERROR("control", "%s during a rollback: the pool holds part of the image, so the application stays "
                  "paused until an image is restored into it again (gpuckpt restore IMAGE --into %d)", why, (int)getpid());
         return;
@@ -529,16 +527,13 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
         uint64_t released;
         gp_pool_release_all(&released);
         suspension = SUSPENDED;
-        gate_holder = NULL;
-        c->holds_gate = false;
+        let_go(c);
         GP_WARN("control", "%s during resume: still suspended, data at %s", why, held_image);
         return;
     }
     uint64_t ns = gp_gate_open();
     GP_WARN("control", "%s with the application paused; resumed it after %.3f s", why, ns / 1e9);
-    gate_holder = NULL;
-    c->holds_gate = false;
-    c->rollback = false;
+    let_go(c);
 }
 
 void gp_client_release(struct gp_client *c)

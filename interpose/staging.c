@@ -99,45 +99,23 @@ static void *prepare_pieces(void *arg)
     }
 }
 
-static void *unpin_pieces(void *arg)
-{
-    struct gp_staging_prep *p = arg;
-    wait_for_go(p);
-    for (;;) {
-        pthread_mutex_lock(&p->lock);
-        uint32_t i = p->next;
-        while (i < p->pieces && !p->pinned[i])
-            i++;
-        p->next = i + 1;
-        if (i < p->pieces)
-            p->pinned[i] = false;
-        pthread_mutex_unlock(&p->lock);
-        if (i >= p->pieces)
-            return NULL;
-        GP_REAL(cuMemHostUnregister)(p->base + (uint64_t)i * p->piece);
-    }
-}
-
-/* Runs fn on up to MAX_WORKERS threads (on this one when none starts). */
-static void start_workers(struct gp_staging_prep *p, void *(*fn)(void *))
+/* Prepares the pieces on up to MAX_WORKERS threads (on this one when none starts). */
+static void start_workers(struct gp_staging_prep *p)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t n = p->pieces < MAX_WORKERS ? p->pieces : MAX_WORKERS;
     if (cpus > 0 && n > (uint32_t)cpus)
         n = (uint32_t)cpus;
-    pthread_mutex_lock(&p->lock);
-    p->go = false;
-    pthread_mutex_unlock(&p->lock);
     p->workers = 0;
     for (uint32_t i = 0; i < n; i++)
-        if (pthread_create(&p->threads[p->workers], NULL, fn, p) == 0)
+        if (pthread_create(&p->threads[p->workers], NULL, prepare_pieces, p) == 0)
             p->workers++;
     pthread_mutex_lock(&p->lock);
     p->go = true;
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     if (!p->workers)
-        fn(p);
+        prepare_pieces(p);
 }
 
 static void join_workers(struct gp_staging_prep *p)
@@ -175,11 +153,14 @@ static int prep_start(struct gp_staging *s, int device, bool fault)
     if (gp_contexts_use_primary(device, &cu))
         GP_WARN("staging", "no context on device %d (CUresult %d): copies go through pageable memory", device, (int)cu);
     s->prep = p;
-    start_workers(p, prepare_pieces);
+    start_workers(p);
     return 0;
 }
 
-/* Stops the preparation and unpins every piece, in parallel too. */
+/* Stops the preparation and unpins every piece. On one thread: more do
+ * not help (16 GiB: 0.29 s as one registration, 0.33 s as 64 pieces on one
+ * thread, 0.31 s on 8), and the calling thread may be one the shim started,
+ * so the context is made current first. */
 static void prep_finish(struct gp_staging *s)
 {
     struct gp_staging_prep *p = s->prep;
@@ -195,9 +176,11 @@ static void prep_finish(struct gp_staging *s)
     if (failed)
         GP_WARN("staging", "%u of %u pieces of staging could not be pinned: their copies went through pageable memory",
                 failed, p->pieces);
-    p->next = 0;
-    start_workers(p, unpin_pieces);
-    join_workers(p);
+    CUresult cu = CUDA_SUCCESS;
+    gp_contexts_use_primary(p->device, &cu);
+    for (uint32_t i = 0; i < p->pieces; i++)
+        if (p->pinned[i])
+            GP_REAL(cuMemHostUnregister)(p->base + (uint64_t)i * p->piece);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->changed);
     free(p->state);

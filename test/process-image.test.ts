@@ -5,22 +5,13 @@
  * the shape of a complete image. Real dumps and restores run on GPU hosts
  * with CRIU 4.1.1 (npm run test:gpu).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/app-driver.js';
-import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
 
-const box = new Sandbox();
-const ckptDir = box.path('driver-state');
-const fakeCriu = join(ROOT, 'test', 'fake-criu', 'criu');
-const env = { FAKE_CUDA_CKPT_DIR: ckptDir, GPUCKPT_CRIU: fakeCriu };
-
-beforeAll(() => {
-  requireBuilt();
-  mkdirSync(ckptDir, { mode: 0o700 });
-});
-afterAll(() => box.cleanup());
+const { box, env } = checkpointingSandbox();
 
 const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
 const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
