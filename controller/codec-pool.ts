@@ -18,6 +18,8 @@ export interface CodecReply {
   id: number;
   data?: ArrayBuffer;
   error?: { code: string; message: string };
+  /** Not run: the pool was closing. */
+  cancelled?: boolean;
 }
 
 type DistributiveOmit<T, K extends keyof any> = T extends unknown ? Omit<T, K> : never;
@@ -38,11 +40,14 @@ export class CodecPool {
   private readonly pending = new Map<number, { resolve: (r: CodecReply) => void; reject: (e: Error) => void }>();
   private nextId = 1;
   private failed: Error | undefined;
+  /** Set by close(): workers answer the tasks still queued without running them. */
+  private readonly cancelled = new Int32Array(new SharedArrayBuffer(4));
+  private idle: (() => void) | undefined;
 
   constructor(workers = defaultWorkerCount()) {
     const url = new URL('./codec-worker.js', import.meta.url);
     for (let i = 0; i < workers; i++) {
-      const worker = new Worker(url);
+      const worker = new Worker(url, { workerData: { cancelled: this.cancelled } });
       worker.on('message', (r: CodecReply) => this.settle(r));
       worker.on('error', (e) => this.failAll(e));
       this.slots.push({ worker, busy: 0 });
@@ -74,7 +79,18 @@ export class CodecPool {
     await this.send(this.leastBusy(), { op: 'verify', compressed: buf, length, what }, [buf]);
   }
 
+  /**
+   * Stops the workers once none is inside zstd: a worker terminated in the
+   * middle of a native call aborted the whole controller (measured on a
+   * 16-core host when a damaged frame failed a restore with other frames
+   * in flight). Tasks still queued are cancelled, so this waits for at
+   * most one frame per worker. Nobody awaits a task left when the pool
+   * closes (the flow that sent it has failed): its promise never settles,
+   * as none did when the workers were simply terminated.
+   */
   async close(): Promise<void> {
+    Atomics.store(this.cancelled, 0, 1);
+    while (this.pending.size > 0) await new Promise<void>((res) => (this.idle = res));
     await Promise.all(this.slots.map((s) => s.worker.terminate()));
     this.slots.length = 0;
   }
@@ -108,6 +124,8 @@ export class CodecPool {
     const p = this.pending.get(r.id);
     if (!p) return;
     this.pending.delete(r.id);
+    if (this.pending.size === 0) this.idle?.();
+    if (r.cancelled) return;
     if (r.error) p.reject(new GpuckptError(r.error.code as ErrorCode, r.error.message));
     else p.resolve(r);
   }
@@ -116,6 +134,7 @@ export class CodecPool {
     this.failed = new GpuckptError('INTERNAL', `codec worker failed: ${e.message}`, { cause: e });
     for (const p of this.pending.values()) p.reject(this.failed);
     this.pending.clear();
+    this.idle?.();
   }
 }
 

@@ -4,7 +4,7 @@
  * shared by every thread of the controller and by the shim), so raw pool
  * data never crosses a thread boundary by copy.
  */
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import { GpuckptError } from './errors.js';
 import { compressFrame, decompressFrame } from './image/frame-codec.js';
 import { native } from '../native/index.js';
@@ -57,7 +57,14 @@ function stagingView(offset: number, length: number): Uint8Array {
   return win.subarray(at, at + length);
 }
 
+/** Set when the pool closes: what is still queued is answered, not run. */
+const cancelled = (workerData as { cancelled: Int32Array }).cancelled;
+
 parentPort!.on('message', (task: CodecTask) => {
+  if (task.op !== 'map' && Atomics.load(cancelled, 0)) {
+    parentPort!.postMessage({ id: task.id, cancelled: true } satisfies CodecReply);
+    return;
+  }
   try {
     const { reply, transfer } = run(task);
     parentPort!.postMessage(reply, transfer);

@@ -3,6 +3,7 @@
  * either succeed or throw a GpuckptError naming the CUDA error.
  */
 import { GpuckptError } from './errors.js';
+import { driverFaultDue } from './faults.js';
 import type { PhaseClock } from './phase-clock.js';
 import { DriverProcessState, native } from '../native/index.js';
 
@@ -30,13 +31,27 @@ function check(result: number, what: string): void {
   if (result !== 0) throw new GpuckptError(code, `${what} failed: ${CU_ERRORS[result] ?? `CUresult ${result}`}`);
 }
 
+const DRIVER_FUNCTION: Record<DriverStep | 'state', string> = {
+  state: 'cuCheckpointProcessGetState',
+  lock: 'cuCheckpointProcessLock',
+  checkpoint: 'cuCheckpointProcessCheckpoint',
+  restore: 'cuCheckpointProcessRestore',
+  unlock: 'cuCheckpointProcessUnlock',
+};
+
+/** One call of the driver's API (or, in a fault test, its failure). */
+async function callDriver(step: DriverStep | 'state', pid: number, pairs?: GpuPair[]): Promise<{ result: number; state?: number }> {
+  if (driverFaultDue(DRIVER_FUNCTION[step])) return { result: 999 };
+  return native().driverCheckpoint(step, pid, pairs);
+}
+
 export async function driverStep(step: DriverStep, pid: number, pairs?: GpuPair[]): Promise<void> {
-  const r = await native().driverCheckpoint(step, pid, pairs);
+  const r = await callDriver(step, pid, pairs);
   check(r.result, `driver ${step} of process ${pid}`);
 }
 
 export async function driverState(pid: number): Promise<number> {
-  const r = await native().driverCheckpoint('state', pid);
+  const r = await callDriver('state', pid);
   check(r.result, `driver state of process ${pid}`);
   return r.state ?? DriverProcessState.RUNNING;
 }
@@ -57,7 +72,7 @@ export async function driverFreeze(pid: number, clock?: PhaseClock): Promise<voi
  * restore is tried at once and the state asked only when it is refused.
  */
 export async function driverThaw(pid: number, pairs?: GpuPair[], clock?: PhaseClock): Promise<void> {
-  const r = await native().driverCheckpoint('restore', pid, pairs);
+  const r = await callDriver('restore', pid, pairs);
   clock?.mark('driverRestore');
   if (r.result !== 0) {
     const state = await driverState(pid);

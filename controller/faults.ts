@@ -1,9 +1,14 @@
 /**
- * Test-only fault injection. GPUCKPT_TEST_FAULT=step[,step...] makes each
- * named step fail as if the system had failed it, so tests can prove that
- * every failure leaves the application running or the image valid. The
- * shim's own steps are failed through the fake driver (FAKE_CUDA_FAIL) or
- * a real one; these are the controller's.
+ * Test-only fault injection, so tests can prove that every failure leaves
+ * the application running or the image valid, on the fake driver and on a
+ * real one alike:
+ * - GPUCKPT_TEST_FAULT=step[,step...] makes each named step of the
+ *   controller's own fail as if the system had failed it;
+ * - GPUCKPT_TEST_DRIVER_FAULT=fn:n[,fn:n...] makes the n-th call of the
+ *   driver's process checkpoint function fn (cuCheckpointProcessLock, ...)
+ *   return CUDA_ERROR_UNKNOWN. The shim reads the same variable in the
+ *   application for the driver calls it makes for the controller
+ *   (interpose/test_faults.h).
  */
 import { GpuckptError } from './errors.js';
 
@@ -17,4 +22,15 @@ export type FaultStep = 'compress' | 'image-write' | 'image-read' | 'reopen';
 export function faultPoint(step: FaultStep): void {
   const spec = process.env.GPUCKPT_TEST_FAULT;
   if (spec && spec.split(',').includes(step)) throw new GpuckptError('INJECTED_FAULT', `injected fault at ${step} (GPUCKPT_TEST_FAULT)`);
+}
+
+const driverCalls = new Map<string, number>();
+
+/** True when this call of driver function fn is the one GPUCKPT_TEST_DRIVER_FAULT fails. */
+export function driverFaultDue(fn: string): boolean {
+  const spec = process.env.GPUCKPT_TEST_DRIVER_FAULT;
+  if (!spec) return false;
+  const nth = (driverCalls.get(fn) ?? 0) + 1;
+  driverCalls.set(fn, nth);
+  return spec.split(',').some((entry) => entry === `${fn}:${nth}`);
 }

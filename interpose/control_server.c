@@ -20,6 +20,7 @@
 #include "gate.h"
 #include "gpuckpt_protocol.h"
 #include "log.h"
+#include "test_faults.h"
 
 #define MAX_CLIENTS 8
 
@@ -209,6 +210,7 @@ static void *server_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+    gp_test_faults_count_this_thread();
     static uint8_t in[GPCK_MAX_MESSAGE], out[GPCK_MAX_MESSAGE];
     struct pollfd fds[MAX_CLIENTS + 1];
     for (;;) {

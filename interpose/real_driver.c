@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "test_faults.h"
 
 void *gp_real[GP_IDX_COUNT];
 
@@ -82,6 +83,7 @@ static void load_once(void)
         }
     }
     GP_DEBUG("driver", "resolved %d of %d entry points", resolved, GP_IDX_COUNT);
+    gp_test_faults_install();
     atomic_store(&loaded, true);
 }
 

@@ -158,7 +158,7 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
     prop.location.id = s->device;
     CUresult r = pool.ops.mem_create(&c->handle, pool.cfg.chunk_size, &prop, 0);
     if (r != CUDA_SUCCESS)
-        return cu_fail(r, cu_err, -ENOMEM);
+        return cu_fail(r, cu_err, r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO);
     r = pool.ops.mem_map(chunk_addr(s, i), pool.cfg.chunk_size, 0, c->handle, 0);
     if (r == CUDA_SUCCESS) {
         r = pool.ops.mem_set_access(chunk_addr(s, i), pool.cfg.chunk_size, s->access, s->access_count);
@@ -173,7 +173,7 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
     }
     if (r != CUDA_SUCCESS) {
         pool.ops.mem_release(c->handle);
-        return cu_fail(r, cu_err, -ENOMEM);
+        return cu_fail(r, cu_err, r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO);
     }
     c->mapped = true;
     s->bytes_mapped += pool.cfg.chunk_size;

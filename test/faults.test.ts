@@ -1,9 +1,10 @@
 /**
  * Fault injection, one step at a time, through every step of checkpoint
- * and restore: the driver's calls fail through the fake libcuda
- * (FAKE_CUDA_FAIL=fn:n, in the application for the shim's steps and in the
- * CLI for the controller's), CRIU's through the fake CRIU, the
- * controller's own through GPUCKPT_TEST_FAULT. After each: one line on
+ * and restore: the driver's calls fail through GPUCKPT_TEST_DRIVER_FAULT
+ * (in the application for the shim's steps, in the CLI for the
+ * controller's), CRIU's through the fake CRIU, the controller's own
+ * through GPUCKPT_TEST_FAULT. test/gpu/faults.mjs runs the same matrix
+ * on a real driver and real CRIU. After each: one line on
  * stderr, and the application running with its data (or, where the data
  * was already in place, with the new data), or held with its data safe and
  * brought back by the next command. No partial image is ever visible.
@@ -21,21 +22,12 @@ const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args
 const psRow = (pid: number) => json<{ pid: number; poolState: string; gate: string }[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
 const noTempDirs = () => expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
 
-/** How often the application calls fn by the time it is ready (it is deterministic). */
-const callsAtReady = new Map<string, number>();
-async function countAtReady(fn: string): Promise<number> {
-  if (!callsAtReady.has(fn)) {
-    const trace = box.path(`count-${fn}.trace`);
-    const { app } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_TRACE: trace } });
-    await app.quit();
-    callsAtReady.set(fn, readFileSync(trace, 'utf8').split('\n').filter((l) => l === fn).length);
-  }
-  return callsAtReady.get(fn)!;
-}
-
-/** An application whose nth call of fn after it is ready fails (none: no fault in it). */
+/**
+ * An application whose shim fails the nth call of fn it makes for the
+ * controller (GPUCKPT_TEST_DRIVER_FAULT, the switch GPU hosts use too).
+ */
 async function start(fault?: { fn: string; nth: number }) {
-  const failAt: Record<string, string> = fault ? { FAKE_CUDA_FAIL: `${fault.fn}:${(await countAtReady(fault.fn)) + fault.nth}` } : {};
+  const failAt: Record<string, string> = fault ? { GPUCKPT_TEST_DRIVER_FAULT: `${fault.fn}:${fault.nth}` } : {};
   const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', ...failAt } });
   return { app, R: ready.buffers as BufferState[] };
 }
@@ -95,11 +87,11 @@ describe('checkpoint: each step failing', () => {
     ['driver checkpoint', 'cuCheckpointProcessCheckpoint'],
   ])('%s: the process is resumed with its data', async (_step, fn) => {
     const { app, R } = await start();
-    failsInOneLine(cli(['suspend', String(app.pid)], { FAKE_CUDA_FAIL: `${fn}:1` }), new RegExp(`suspend failed, process ${app.pid} resumed`));
+    failsInOneLine(cli(['suspend', String(app.pid)], { GPUCKPT_TEST_DRIVER_FAULT: `${fn}:1` }), new RegExp(`suspend failed, process ${app.pid} resumed`));
     await runsWith(app, R);
     // A whole-process checkpoint through the same step: no image either.
     const out = box.path(`whole-${fn}`);
-    failsInOneLine(cli(['checkpoint', String(app.pid), '-o', out], { FAKE_CUDA_FAIL: `${fn}:1` }), /resumed/);
+    failsInOneLine(cli(['checkpoint', String(app.pid), '-o', out], { GPUCKPT_TEST_DRIVER_FAULT: `${fn}:1` }), /resumed/);
     expect(existsSync(out)).toBe(false);
     noTempDirs();
     await runsWith(app, R);
@@ -166,7 +158,7 @@ describe('restore: each step failing', () => {
   it('driver restore: the process stays suspended, and the next resume brings it back', async () => {
     const { app, R } = await start();
     expect(cli(['suspend', String(app.pid)]).code).toBe(0);
-    failsInOneLine(cli(['resume', String(app.pid)], { FAKE_CUDA_FAIL: 'cuCheckpointProcessRestore:1' }), /stays suspended/);
+    failsInOneLine(cli(['resume', String(app.pid)], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessRestore:1' }), /stays suspended/);
     expect(psRow(app.pid)?.poolState).toBe('suspended');
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
     await runsWith(app, R);

@@ -783,3 +783,28 @@ describe('reader refuses damaged images, each with its own code', () => {
     expect(await openCode(path)).toBe('IMAGE_READ_FAILED');
   });
 });
+
+describe('codec pool', () => {
+  it('closing with frames queued waits for the frames being decoded, drops the rest, and leaves nothing to reject', async () => {
+    // The pool's worker is the built one (dist/), as the CLI runs it.
+    const { CodecPool } = await import(new URL('../dist/controller/codec-pool.js', import.meta.url).href);
+    const raw = pseudoRandom(8 << 20, 5);
+    const good = compressFrame(raw);
+    const pool = new CodecPool(2);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const done: boolean[] = [];
+      for (let i = 0; i < 40; i++) pool.verify(Uint8Array.from(good), raw.length, `frame ${i}`).then(() => (done[i] = true));
+      await new Promise((r) => setTimeout(r, 5));
+      await pool.close(); // resolves: the workers' queues were answered
+      await new Promise((r) => setTimeout(r, 50));
+      const finished = done.filter(Boolean).length;
+      expect(finished).toBeLessThan(40); // 40 frames of 8 MiB are not decoded in 5 ms by 2 workers
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+});

@@ -99,8 +99,8 @@ describe('suspend and resume', () => {
   });
 
   it('a target GPU without room: the process stays suspended, and resumes later', async () => {
-    // The application's 3rd cuMemCreate (the first chunk remapped) fails.
-    const { app, ready } = await start({ FAKE_CUDA_FAIL: 'cuMemCreate:3' });
+    // The application's 3rd cuMemCreate (the first chunk remapped) finds the GPU full.
+    const { app, ready } = await start({ FAKE_CUDA_FAIL: 'cuMemCreate:3=2' });
     expect(cli(['suspend', String(app.pid)]).code).toBe(0);
     const r = cli(['resume', String(app.pid)]);
     expect(r.code).toBe(1);

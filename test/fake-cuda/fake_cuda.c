@@ -7,8 +7,9 @@
  *   FAKE_CUDA_MEM_MB=N         memory per device in MiB (default 1024)
  *   FAKE_CUDA_NO_DEVICE=1      cuInit fails with CUDA_ERROR_NO_DEVICE
  *   FAKE_CUDA_SYNC_DELAY_MS=N  cuStreamSynchronize / cuCtxSynchronize sleep N ms
- *   FAKE_CUDA_FAIL=f:n,...     the n-th call (1-based) of exported function f
- *                              returns CUDA_ERROR_UNKNOWN, without side effects
+ *   FAKE_CUDA_FAIL=f:n[=e],... the n-th call (1-based) of exported function f
+ *                              returns CUresult e (default CUDA_ERROR_UNKNOWN),
+ *                              without side effects
  *   FAKE_CUDA_TRACE=path       append "name\n" to path for every call
  *   FAKE_CUDA_CKPT_DIR=dir     state files of cuCheckpointProcess* (fake_ckpt.c)
  *   FAKE_CUDA_CKPT_BLOCK=1     calls wait while this process is LOCKED or
@@ -29,6 +30,7 @@
 struct fail_entry {
     char name[FAIL_NAME_MAX];
     unsigned long nth;
+    CUresult result;
 };
 
 static struct fake_config g_config;
@@ -65,10 +67,15 @@ static void parse_fail_spec(const char *spec)
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         while (*tok == ' ')
             tok++;
+        unsigned long result = CUDA_ERROR_UNKNOWN;
+        char *eq = strchr(tok, '=');
+        if (eq)
+            *eq = '\0';
         char *colon = strrchr(tok, ':');
         unsigned long nth;
         if (!colon || colon == tok || (size_t)(colon - tok) >= FAIL_NAME_MAX ||
-            parse_ulong(colon + 1, &nth) || nth == 0 || g_nfail == FAIL_MAX) {
+            parse_ulong(colon + 1, &nth) || nth == 0 || (eq && (parse_ulong(eq + 1, &result) || !result)) ||
+            g_nfail == FAIL_MAX) {
             fprintf(stderr, "fake-cuda: ignoring FAKE_CUDA_FAIL entry '%s'\n", tok);
             continue;
         }
@@ -78,6 +85,7 @@ static void parse_fail_spec(const char *spec)
                     tok);
         snprintf(g_fail[g_nfail].name, FAIL_NAME_MAX, "%s", tok);
         g_fail[g_nfail].nth = nth;
+        g_fail[g_nfail].result = (CUresult)result;
         g_nfail++;
     }
     free(copy);
@@ -157,12 +165,13 @@ static void trace_call(const char *name)
     (void)r;
 }
 
-static int should_fail(const char *name, unsigned long nth)
+/* The result the nth call of name is to fail with, or CUDA_SUCCESS. */
+static CUresult injected_failure(const char *name, unsigned long nth)
 {
     for (int i = 0; i < g_nfail; i++)
         if (g_fail[i].nth == nth && strcmp(g_fail[i].name, name) == 0)
-            return 1;
-    return 0;
+            return g_fail[i].result;
+    return CUDA_SUCCESS;
 }
 
 CUresult fake_enter(const char *name, unsigned long nth, int flags)
@@ -172,8 +181,9 @@ CUresult fake_enter(const char *name, unsigned long nth, int flags)
         trace_call(name);
     if ((flags & FAKE_F_WAIT) && c->ckpt_block)
         fake_ckpt_wait();
-    if (g_nfail && should_fail(name, nth))
-        return CUDA_ERROR_UNKNOWN;
+    CUresult injected = g_nfail ? injected_failure(name, nth) : CUDA_SUCCESS;
+    if (injected != CUDA_SUCCESS)
+        return injected;
     if ((flags & FAKE_F_INIT) && !atomic_load(&g_initialized))
         return CUDA_ERROR_NOT_INITIALIZED;
     return CUDA_SUCCESS;

@@ -163,7 +163,7 @@ const describeExit = (s) => (s.signal ? `signal ${s.signal}` : `exit code ${s.co
 /** One run of a test program (plain, or under `gpuckpt run`), talking the
  * line protocol. */
 class App {
-  constructor(name, prog, args = [], { shim = true } = {}) {
+  constructor(name, prog, args = [], { shim = true, extraEnv = {} } = {}) {
     this.name = name;
     const file = path.isAbsolute(prog) ? prog : path.join(BIN_DIR, prog);
     if (!fs.existsSync(file)) throw failure(`${file} not built (run test/gpu/run.sh)`);
@@ -174,7 +174,7 @@ class App {
     this.stderr = '';
     this.status = null;
     this.spawnError = null;
-    this.child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'], env }));
+    this.child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'], env: { ...env, ...extraEnv } }));
     this.child.on('error', (e) => {
       this.spawnError = e;
       this.status ??= { code: null, signal: null };
@@ -1333,6 +1333,11 @@ async function main() {
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
   await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));
   await test('cupy/process', needCli(() => jobProcessScenario('cupy/process', 'cupy')));
+
+  if (['faults', 'kill', 'soak'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runReliability } = await import('./reliability.mjs');
+    await runReliability({ ROOT, App, test, Skip, failure, sleep, cliCommand, track, cliJson, expectSame, launchViaFifo, gpuMemoryOf, snapPath, measure });
+  }
 
   await test('bench_alloc', needCli(bench));
 

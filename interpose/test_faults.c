@@ -1,0 +1,103 @@
+#define _GNU_SOURCE
+#include "test_faults.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "real_driver.h"
+
+/* The entry points the shim calls while serving the controller: the
+ * quiesce (context and stream synchronise), the copies out and in, and
+ * the pool's release and remapping. */
+#define GP_FAULTABLE(X)                                                                                              \
+    X(cuCtxSynchronize, (void), ())                                                                                  \
+    X(cuStreamSynchronize, (CUstream s), (s))                                                                        \
+    X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))                    \
+    X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s), (dst, src, n, s))              \
+    X(cuMemCreate, (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp *p, unsigned long long f), \
+      (h, n, p, f))                                                                                                  \
+    X(cuMemMap, (CUdeviceptr ptr, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f),       \
+      (ptr, n, off, h, f))                                                                                           \
+    X(cuMemSetAccess, (CUdeviceptr ptr, size_t n, const CUmemAccessDesc *d, size_t count), (ptr, n, d, count))       \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t n), (ptr, n))                                                             \
+    X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))
+
+static void *real_of[GP_IDX_COUNT];
+/* Per entry point: the call that fails (0: none) and the calls so far. */
+static atomic_ulong fail_at[GP_IDX_COUNT];
+static atomic_ulong counted[GP_IDX_COUNT];
+static _Thread_local bool counting;
+
+/* True exactly once: at the armed call of idx on the counted thread. */
+static bool due(int idx, const char *name)
+{
+    if (!counting || !atomic_load_explicit(&fail_at[idx], memory_order_relaxed))
+        return false;
+    unsigned long nth = atomic_fetch_add(&counted[idx], 1) + 1;
+    if (nth != atomic_load(&fail_at[idx]))
+        return false;
+    GP_WARN("test", "GPUCKPT_TEST_DRIVER_FAULT: failing call %lu of %s", nth, name);
+    return true;
+}
+
+#define GP_STAND_IN(name, params, args)                                                                    \
+    static CUresult fault_##name params                                                                    \
+    {                                                                                                      \
+        return due(GP_IDX_##name, #name) ? CUDA_ERROR_UNKNOWN : ((gp_pfn_##name)real_of[GP_IDX_##name]) args; \
+    }
+GP_FAULTABLE(GP_STAND_IN)
+
+static const struct stand_in {
+    const char *name;
+    int idx;
+    void *fn;
+} stand_ins[] = {
+#define GP_STAND_IN_ROW(name, params, args) { #name, GP_IDX_##name, (void *)(gp_pfn_##name)fault_##name },
+    GP_FAULTABLE(GP_STAND_IN_ROW)
+};
+
+static int arm(const char *entry)
+{
+    const char *colon = strchr(entry, ':');
+    char *end;
+    unsigned long nth = colon ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || nth == 0 || *end)
+        return -1;
+    for (size_t i = 0; i < sizeof(stand_ins) / sizeof(stand_ins[0]); i++) {
+        const struct stand_in *s = &stand_ins[i];
+        if (strlen(s->name) != (size_t)(colon - entry) || strncmp(s->name, entry, (size_t)(colon - entry)) != 0)
+            continue;
+        if (!gp_real[s->idx])
+            return -1;
+        if (!real_of[s->idx]) {
+            real_of[s->idx] = gp_real[s->idx];
+            gp_real[s->idx] = s->fn;
+        }
+        atomic_store(&fail_at[s->idx], nth);
+        return 0;
+    }
+    return -1;
+}
+
+void gp_test_faults_install(void)
+{
+    const char *spec = getenv("GPUCKPT_TEST_DRIVER_FAULT");
+    if (!spec || !*spec)
+        return;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", spec);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (arm(tok))
+            GP_ERROR("test", "GPUCKPT_TEST_DRIVER_FAULT: '%s' is not fn:n with fn one the shim calls for the controller",
+                     tok);
+}
+
+void gp_test_faults_count_this_thread(void)
+{
+    counting = true;
+}
