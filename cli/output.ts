@@ -44,7 +44,8 @@ export function printProcesses(rows: ProcessRow[]): void {
 
 export function printCheckpoint(s: CheckpointSummary): void {
   console.log(`checkpoint of process ${s.pid} written to ${s.image}`);
-  console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
+  if (s.parent) console.log(`  ${s.allocations} allocations (${formatBytes(s.poolBytes)}); changed since ${s.parent}: ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
+  else console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s; total ${s.seconds} s (${s.throughputGBps} GB/s)`);
 }
 
@@ -55,7 +56,17 @@ export function printRollback(s: RollbackSummary): void {
 
 /** inspect --json: the manifest's fields at top level, plus the verdict. */
 export function inspectJson(r: InspectReport): string {
-  return toJson({ image: r.image, verified: r.verified, ...(r.problem ? { problem: r.problem } : {}), ...r.manifest });
+  const { blocks, parent, ...m } = r.manifest;
+  return toJson({
+    image: r.image,
+    verified: r.verified,
+    ...(r.problem ? { problem: r.problem } : {}),
+    ...m,
+    // Digests are for gpuckpt; their count and block size say what they cover.
+    ...(blocks ? { blocks: { size: blocks.size, count: blocks.digests.reduce((n, d) => n + d.length / 8, 0) } } : {}),
+    ...(parent ? { parent: { path: parent.path, manifestSha256: Buffer.from(parent.manifestSha256).toString('hex') } } : {}),
+    chain: r.chain,
+  });
 }
 
 export function printInspect(r: InspectReport): void {
@@ -68,7 +79,10 @@ export function printInspect(r: InspectReport): void {
   for (const d of m.devices) console.log(`device ${d.ordinal}     ${d.name} (${d.uuid}), ${formatBytes(d.totalMemory)}`);
   console.log(`allocations  ${m.allocations.length}`);
   for (const a of m.allocations) console.log(`  device ${a.device}  ${hex(a.addr)}  ${formatBytes(a.size)}`);
-  console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames`);
+  console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames${m.parent ? ' (the blocks changed since its parent)' : ''}`);
+  if (m.blocks) console.log(`digests      ${m.blocks.digests.reduce((n, d) => n + d.length / 8, 0)} blocks of ${formatBytes(BigInt(m.blocks.size))}: can be a parent (checkpoint --parent)`);
+  if (m.parent) console.log(`parent       ${m.parent.path}`);
+  for (const [i, p] of r.chain.entries()) console.log(`chain ${i + 1}      ${p.image} (${p.createdAt}): ${formatBytes(p.rawBytes)} stored as ${formatBytes(p.storedBytes)}`);
   console.log(`outside pool managed ${formatBytes(outside.managed)}, stream-ordered ${formatBytes(outside.streamOrdered)}, pinned host ${formatBytes(outside.host)}, unrouted ${formatBytes(outside.unrouted)}`);
   console.log(`checksums    ${r.verified ? 'all verified' : r.problem ? `FAILED: ${r.problem}` : 'not checked'}`);
 }

@@ -8,10 +8,14 @@
  * pause then also covers that compression (reported, never hidden).
  */
 import { hostname } from 'node:os';
+import { resolve } from 'node:path';
 import { CodecPool } from './codec-pool.js';
 import { GpuckptError } from './errors.js';
 import { Limiter } from './limiter.js';
-import { FORMAT_VERSION, ImageWriter, type FrameRecord, type Manifest } from './image/index.js';
+import { PhaseClock, type Phases } from './phase-clock.js';
+import { changedRanges, digestsByBlock, manifestSha256, openParents, planChain } from './image/chain.js';
+import { DIGEST_BLOCK } from './image/format.js';
+import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
@@ -38,6 +42,8 @@ export interface CheckpointOptions {
    * process stops anyway and waits for the GPU to be free.
    */
   prepareDuringCopy?: boolean;
+  /** An image to store only the changes since (incremental image). */
+  parent?: string;
 }
 
 export interface CheckpointSummary {
@@ -55,6 +61,13 @@ export interface CheckpointSummary {
   throughputGBps: number;
   stagingBytes: number;
   ringMode: boolean;
+  /** Bytes of live allocations; rawBytes is what was copied and stored (less, with a parent). */
+  poolBytes: number;
+  parent?: string;
+  /** Time the digest kernel took inside the pause. */
+  digestSeconds: number;
+  /** Where the time went: setup (parent, image, workers, staging), pause, drain (compression and writes after it), commit. */
+  phases: Phases;
 }
 
 export const DEFAULT_LEASE_MS = 30_000;
@@ -87,6 +100,7 @@ export async function writePoolImage(
   release: (staged: Staged) => Promise<unknown>,
 ): Promise<CheckpointSummary> {
   const t0 = performance.now();
+  const clock = new PhaseClock();
   const pid = session.pid;
   let writer: ImageWriter | undefined;
   let codecs: CodecPool | undefined;
@@ -95,14 +109,30 @@ export async function writePoolImage(
     if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     const [status, devices] = await Promise.all([session.status(), session.devices()]);
+    const parent = opts.parent ? await readParent(opts.parent, out, session) : undefined;
     writer = await ImageWriter.create(out, { force: opts.force });
+    codecs = new CodecPool(opts.workers);
+    const pool = codecs;
+    const mapStaging = async (bytes: number, ready: boolean): Promise<StagingMemory> => {
+      staging = await session.mapStaging(bytes, 'shared', ready);
+      await pool.mapStaging(staging.fd, staging.size);
+      return staging;
+    };
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
-    staging = await session.mapStaging(stagingForStatus(status, opts.stagingLimit).bytes, 'shared', !opts.prepareDuringCopy);
-    codecs = new CodecPool(opts.workers);
-    await codecs.mapStaging(staging.fd, staging.size);
+    const most = stagingForStatus(status, opts.stagingLimit).bytes;
+    // With a parent, what moves is known only inside the pause, once the
+    // digests are in: staging is then sized to it and prepared during the
+    // copy (measured on 16 GiB with 10 % changed: preparing staging for the
+    // whole pool took more time than copying and writing the changes).
+    if (!parent) await mapStaging(most, !opts.prepareDuringCopy);
+    const stagingFor = async (bytes: number) => staging ?? mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false);
 
-    const run = await copyAndCompress(session, staging, codecs, writer, opts, release);
+    clock.mark('setup');
+    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, parent?.digests);
+    clock.phases.pause = round(run.pauseSeconds, 4);
+    clock.mark('drain');
+    clock.phases.drain = round(clock.phases.drain! - run.pauseSeconds, 4);
     const outside = status.outsidePool;
     const manifest: Manifest = {
       format: 'gpuckpt-image',
@@ -121,15 +151,19 @@ export async function writePoolImage(
       allocations: run.allocations.map((a) => ({ device: a.device, addr: a.addr, size: a.size })),
       outsidePool: { ...outside },
       data: { file: 'pool.zst', frames: run.frames, rawBytes: run.rawBytes, storedBytes: writer.storedBytes },
+      ...(run.digests ? { blocks: { size: DIGEST_BLOCK, digests: run.digests } } : {}),
+      ...(parent ? { parent: parent.record } : {}),
       stats: {
+        digestSeconds: run.digestSeconds,
         pauseSeconds: run.pauseSeconds,
         copySeconds: run.copySeconds,
         drainSeconds: run.drainSeconds,
         syncSeconds: run.syncSeconds,
-        stagingRegisterSeconds: seconds(staging.registerNs),
+        stagingRegisterSeconds: seconds(run.staging.registerNs),
       },
     };
     await writer.commit(manifest);
+    clock.mark('commit');
     const total = (performance.now() - t0) / 1000;
     const raw = Number(run.rawBytes);
     return {
@@ -145,8 +179,12 @@ export async function writePoolImage(
       copySeconds: round(run.copySeconds, 4),
       copyGBps: round(raw / 1e9 / Math.max(run.copySeconds, 1e-9), 2),
       throughputGBps: round(raw / 1e9 / total, 2),
-      stagingBytes: staging.size,
+      stagingBytes: run.staging.size,
       ringMode: run.ringMode,
+      poolBytes: Number(run.allocations.reduce((n, a) => n + a.size, 0n)),
+      ...(parent ? { parent: parent.record.path } : {}),
+      digestSeconds: round(run.digestSeconds, 4),
+      phases: clock.phases,
     };
   } catch (e) {
     await writer?.abort().catch(() => undefined);
@@ -157,8 +195,46 @@ export async function writePoolImage(
   }
 }
 
+/**
+ * The image a checkpoint --parent stores its changes against: checked
+ * before the application is touched (its own chain whole, digests present,
+ * the same pool), and its digests by block address.
+ */
+async function readParent(path: string, out: string, session: ShimSession): Promise<{ record: ParentRecord; digests: Map<string, { digest: bigint; length: number }> }> {
+  const reader = await ImageReader.open(path);
+  const parents: ImageReader[] = [];
+  try {
+    if (reader.path === resolve(out)) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} cannot be both the parent and the new image`);
+    parents.push(...(await openParents(reader)));
+    planChain([reader, ...parents]);
+    const m = reader.manifest;
+    const digests = digestsByBlock(m);
+    if (!digests) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} has no block digests (the driver could not run the digest kernel when it was made): it cannot be a parent`);
+    const h = session.hello;
+    if (m.pool.base !== h.poolBase || m.pool.sliceSize !== h.sliceSize || m.pool.deviceCount !== h.deviceCount)
+      throw new GpuckptError('LAYOUT_MISMATCH', `${reader.path} was made from a pool of another layout than process ${session.pid}'s: it cannot be a parent`);
+    return { record: { path: reader.path, manifestSha256: await manifestSha256(reader.path) }, digests };
+  } finally {
+    await Promise.all([reader, ...parents].map((r) => r.close()));
+  }
+}
+
+/** Every allocation's block digests (undefined where the driver will not run the kernel). */
+async function digestAll(session: ShimSession, allocations: CopyRun['allocations']): Promise<Buffer[] | undefined> {
+  const out: Buffer[] = [];
+  for (const a of allocations) {
+    const d = await session.blockDigests(a.device, a.addr, a.size, DIGEST_BLOCK);
+    if (!d) return undefined;
+    out.push(d);
+  }
+  return out;
+}
+
 interface CopyRun {
+  staging: StagingMemory;
   allocations: { device: number; addr: bigint; size: bigint }[];
+  digests?: Buffer[];
+  digestSeconds: number;
   frames: FrameRecord[];
   rawBytes: bigint;
   pauseSeconds: number;
@@ -170,15 +246,17 @@ interface CopyRun {
 
 async function copyAndCompress(
   session: ShimSession,
-  staging: StagingMemory,
+  stagingFor: (bytes: number) => Promise<StagingMemory>,
   codecs: CodecPool,
   writer: ImageWriter,
   opts: CheckpointOptions,
   release: (staged: Staged) => Promise<unknown>,
+  parent?: Map<string, { digest: bigint; length: number }>,
 ): Promise<CopyRun> {
   const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
-  const ring = new StagingRing(staging.size);
+  let ring!: StagingRing;
+  let staging!: StagingMemory;
   // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
   const limiter = new Limiter(2 * codecs.size);
   // Compression may have to wait for release() (see holdCompression).
@@ -197,13 +275,23 @@ async function copyAndCompress(
   let pauseSeconds = 0;
   let pieces: Piece[] = [];
   let allocations: CopyRun['allocations'] = [];
+  let digests: Buffer[] | undefined;
+  let digestSeconds = 0;
   let copied = 0;
   // Staging cannot hold every piece at once: regions are reused.
   let ringMode = false;
   const groups: Placed[][] = [];
   try {
     allocations = await session.listAllocations();
-    pieces = splitIntoPieces(allocations);
+    const d0 = performance.now();
+    // Without a parent the digests only serve later children: the
+    // checkpoint goes on without them if the kernel fails.
+    digests = parent ? await digestAll(session, allocations) : await digestAll(session, allocations).catch(() => undefined);
+    digestSeconds = (performance.now() - d0) / 1000;
+    if (parent && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no incremental image can be made`);
+    pieces = splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations);
+    staging = await stagingFor(packedBytes(pieces));
+    ring = new StagingRing(staging.size);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
     ringMode = packedBytes(pieces) > staging.size;
     // When staging holds everything, compression waits until the
@@ -237,7 +325,8 @@ async function copyAndCompress(
     // suspend, the GPU memory can go).
     holding = false;
     try {
-      await release({ complete: !ringMode, groups });
+      // With a parent, staging holds only the changes: never the pool.
+      await release({ complete: !ringMode && !parent, groups });
     } catch (e) {
       firstFailure ??= e;
       allowCompression();
@@ -274,7 +363,10 @@ async function copyAndCompress(
 
   frames.sort((a, b) => (a.offset < b.offset ? -1 : a.offset > b.offset ? 1 : 0));
   return {
+    staging,
     allocations,
+    digests,
+    digestSeconds,
     frames,
     rawBytes: BigInt(pieces.reduce((s, p) => s + p.length, 0)),
     pauseSeconds,

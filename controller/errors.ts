@@ -14,6 +14,8 @@ export type ErrorCode =
   | 'SESSION_CLOSED'
   // images
   | 'IMAGE_MISSING'
+  | 'IMAGE_CHAIN_BROKEN'
+  | 'NO_DIGEST_KERNEL'
   | 'IMAGE_NOT_AN_IMAGE'
   | 'IMAGE_VERSION'
   | 'IMAGE_TRUNCATED'

@@ -16,6 +16,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import type { CheckpointOptions } from './checkpoint.js';
 import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob } from './criu.js';
 import { GpuckptError } from './errors.js';
+import { openParents, planChain } from './image/chain.js';
 import { ImageReader, removeStaleTempDirs } from './image/index.js';
 import { tempDirName } from './image/temp-dirs.js';
 import { isAlive } from './processes.js';
@@ -108,10 +109,17 @@ export async function restoreProcess(
   opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean } = {},
 ): Promise<ProcessRestoreSummary> {
   const t0 = performance.now();
-  const reader = await ImageReader.open(image); // the pool image verifies before anything runs
+  // The pool image and the chain of its parents check out before anything runs.
+  const reader = await ImageReader.open(image);
+  try {
+    const parents = await openParents(reader);
+    await Promise.all(parents.map((p) => p.close()));
+    planChain([reader, ...parents]);
+  } finally {
+    await reader.close();
+  }
   const criu = findCriu(opts.criu);
   const m = reader.manifest;
-  await reader.close();
   const dir = join(reader.path, CRIU_DIR);
   if (m.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
     throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);

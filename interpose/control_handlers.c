@@ -7,6 +7,7 @@
 
 #include "cuda_api.h" /* before pool.h: see cuda_api.h */
 #include "../pool/pool.h"
+#include "block_digest.h"
 #include "contexts.h"
 #include "gate.h"
 #include "log.h"
@@ -455,6 +456,36 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     return err;
 }
 
+/* Digests are only meaningful while the application is held still, and
+ * only of memory inside one live allocation (the kernel reads nothing else). */
+static int handle_digest(struct gp_client *c, const void *payload, uint32_t len, struct gpck_digest_rep *rep,
+                         uint32_t *reply_len)
+{
+    const struct gpck_digest_req *req = payload;
+    if (len != sizeof(*req))
+        return -EPROTO;
+    if (gate_holder != c || suspension != RUNNING)
+        return -EPERM;
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    if (req->device >= (uint32_t)info.device_count || req->device >= GPCK_MAX_DEVICES)
+        return -ENODEV;
+    if (!req->length || req->block_size < GPCK_MIN_DIGEST_BLOCK || req->block_size % GPCK_MIN_DIGEST_BLOCK ||
+        (req->length - 1) / req->block_size >= GPCK_MAX_DIGESTS)
+        return -EINVAL;
+    if (!gp_pool_range_is_live((int)req->device, req->addr, req->length))
+        return -EFAULT;
+    uint64_t t0 = gp_now_ns();
+    CUresult cu = CUDA_SUCCESS;
+    int err = gp_block_digest((int)req->device, req->addr, req->length, req->block_size, rep->digests, &cu);
+    if (err)
+        return err;
+    rep->blocks = (req->length + req->block_size - 1) / req->block_size;
+    rep->ns = gp_now_ns() - t0;
+    *reply_len = (uint32_t)(sizeof(*rep) + rep->blocks * sizeof(uint64_t));
+    return 0;
+}
+
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
                       uint32_t *reply_len, int *send_fd)
 {
@@ -497,6 +528,8 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
         return handle_remap(c, reply);
     case GPCK_DROP_HELD:
         return handle_drop_held(payload, len);
+    case GPCK_BLOCK_DIGEST:
+        return handle_digest(c, payload, len, reply, reply_len);
     default:
         return -EOPNOTSUPP;
     }

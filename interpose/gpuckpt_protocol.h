@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 4u
+#define GPCK_PROTOCOL_VERSION 5u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -41,6 +41,7 @@ enum gpck_type {
     GPCK_SUSPEND_POOL = 11,/* gpck_suspend_req -> gpck_pool_rep: release the pool's memory */
     GPCK_REMAP_POOL = 12,  /* (none) -> gpck_pool_rep: map it again, take the gate */
     GPCK_DROP_HELD = 13,   /* gpck_suspend_req -> (none): the held data is saved elsewhere */
+    GPCK_BLOCK_DIGEST = 14,/* gpck_digest_req -> gpck_digest_rep: a digest per block of a range */
 };
 
 struct gpck_header {
@@ -216,6 +217,29 @@ struct gpck_copy_req {
 struct gpck_copy_rep {
     uint64_t bytes;
     uint64_t ns;
+};
+
+/* Block digests (the shim's PTX kernel, interpose/block_digest.cu) of one
+ * range inside one live allocation, while the sender holds the gate:
+ * digests[i] covers [addr + i*block_size, min(addr + (i+1)*block_size,
+ * addr + length)); 0 means all zeros. block_size: a multiple of 4096;
+ * length / block_size rounded up <= GPCK_MAX_DIGESTS. -ENOSYS: the kernel
+ * cannot run in this process (no module support). */
+#define GPCK_MAX_DIGESTS 16000u
+#define GPCK_MIN_DIGEST_BLOCK 4096u
+
+struct gpck_digest_req {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t addr;
+    uint64_t length;
+    uint64_t block_size;
+};
+
+struct gpck_digest_rep {
+    uint64_t blocks;
+    uint64_t ns;
+    uint64_t digests[];
 };
 
 /* Suspend: the sender holds the gate and has saved the pool's data (at

@@ -23,6 +23,7 @@ export const MessageType = {
   SUSPEND_POOL: 11,
   REMAP_POOL: 12,
   DROP_HELD: 13,
+  BLOCK_DIGEST: 14,
 } as const;
 
 /** enum gpck_pool_state */

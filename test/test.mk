@@ -52,6 +52,7 @@ test-build: all $(TEST_BINS)
 # Unit tests in C, and the check that the gated list matches cuda.h.
 check: test-build
 	node interpose/gen_gated.mjs --check
+	bash interpose/gen_ptx.sh --check
 	$(T)/test_alloc
 	$(T)/test_gate
 	$(T)/test_config

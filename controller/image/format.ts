@@ -22,3 +22,14 @@ export const MAX_MANIFEST_PAYLOAD = 256 * 1024 * 1024;
 export const MAX_FRAME_LENGTH = 64 * 1024 * 1024;
 /** More GPUs than any host has; bounds loops over devices driven by the manifest. */
 export const MAX_DEVICES = 1024;
+/** Smallest block a digest may cover (and the unit block sizes are multiples of). */
+export const MIN_DIGEST_BLOCK = 4096;
+/**
+ * Block of the digests images carry: the unit an incremental image stores
+ * or leaves to its parent. 2 MiB keeps a 64 GiB pool at 32768 digests
+ * (256 KiB in the manifest) while a scattered change moves little more
+ * than itself.
+ */
+export const DIGEST_BLOCK = 2 * 1024 * 1024;
+/** A longer chain of parents is refused (a loop, or a chain nobody should restore through). */
+export const MAX_CHAIN_LENGTH = 64;

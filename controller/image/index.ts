@@ -19,6 +19,7 @@ export type {
   ImageSource,
   Manifest,
   OutsidePoolBytes,
+  ParentRecord,
   PoolLayout,
 } from './manifest.js';
 export { checkManifest, type ManifestCheck } from './manifest-check.js';

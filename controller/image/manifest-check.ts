@@ -11,6 +11,11 @@
  *   [base + device*sliceSize, base + (device+1)*sliceSize) and no two overlap;
  * - the frames of each allocation cover it exactly (no gap, no overlap), so
  *   restoring the frames restores every byte of every allocation, once;
+ *   an image with a parent may leave gaps (those bytes come from the
+ *   parent chain, checked when the chain is opened), never overlaps; a
+ *   reader that does not know parents refuses such an image on its gaps;
+ * - block digests, when present, have one 8-byte digest per block of each
+ *   allocation;
  * - the frames are stored back to back in pool.zst from offset 0 to
  *   data.storedBytes (the writer appends them sequentially), so a frame can
  *   never point outside the data file nor share bytes with another frame;
@@ -22,15 +27,17 @@
  */
 import type {
   AllocationRecord,
+  BlockDigests,
   DataSection,
   DeviceRecord,
   FrameRecord,
   ImageSource,
   Manifest,
   OutsidePoolBytes,
+  ParentRecord,
   PoolLayout,
 } from './manifest.js';
-import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH } from './format.js';
+import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK } from './format.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
 
@@ -154,9 +161,17 @@ function checkShape(value: unknown): Manifest {
     manifest.stats = stats;
   }
 
+  if (o.blocks !== undefined) manifest.blocks = checkBlocks(o.blocks, allocations);
+  if (o.parent !== undefined) {
+    const pr = obj(o.parent, 'parent');
+    const parent: ParentRecord = { path: str(pr.path, 'parent.path'), manifestSha256: bin(pr.manifestSha256, 'parent.manifestSha256', 32) };
+    if (!parent.path.startsWith('/')) fail(`parent.path ${show(parent.path)} is not an absolute path`);
+    manifest.parent = parent;
+  }
+
   checkDevices(devices, pool);
   checkAllocations(allocations, pool);
-  checkFrames(frames, allocations, pool, data.storedBytes);
+  checkFrames(frames, allocations, pool, data.storedBytes, manifest.parent !== undefined);
   checkTotals(manifest);
   return manifest;
 }
@@ -199,7 +214,19 @@ function checkAllocations(allocations: AllocationRecord[], pool: PoolLayout): vo
   }
 }
 
-function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], pool: PoolLayout, storedBytes: bigint): void {
+function checkBlocks(v: unknown, allocations: AllocationRecord[]): BlockDigests {
+  const b = obj(v, 'blocks');
+  const size = int(b.size, 'blocks.size', MIN_DIGEST_BLOCK);
+  if (size % MIN_DIGEST_BLOCK) fail(`blocks.size ${size} is not a multiple of ${MIN_DIGEST_BLOCK}`);
+  const digests = arr(b.digests, 'blocks.digests');
+  if (digests.length !== allocations.length) fail(`blocks.digests has ${digests.length} entries for ${allocations.length} allocations`);
+  return {
+    size,
+    digests: digests.map((d, i) => bin(d, `blocks.digests[${i}]`, Number((allocations[i]!.size + BigInt(size) - 1n) / BigInt(size)) * 8)),
+  };
+}
+
+function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], pool: PoolLayout, storedBytes: bigint, gapsAllowed: boolean): void {
   const name = (i: number): string => {
     const f = frames[i]!;
     return `frame ${i} (device ${f.device}, ${hex(f.addr)}+${hex(BigInt(f.length))})`;
@@ -226,11 +253,11 @@ function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], poo
     for (const fi of list) {
       const f = frames[fi]!;
       if (f.addr < cursor) fail(`${name(fi)} overlaps another frame of allocation ${ai}`);
-      if (f.addr > cursor) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(f.addr)})`);
+      if (f.addr > cursor && !gapsAllowed) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(f.addr)})`);
       cursor += BigInt(f.length);
     }
     const end = a.addr + a.size;
-    if (cursor !== end) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(end)})`);
+    if (cursor !== end && !(gapsAllowed && cursor < end)) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(end)})`);
   });
 
   // Where each frame's bytes are in pool.zst.
@@ -320,6 +347,12 @@ function str(v: unknown, where: string): string {
 function int(v: unknown, where: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v)) fail(`${where} is ${show(v)}, expected an integer`);
   if (v < min || v > max) fail(`${where} is ${v}, expected ${min}..${max}`);
+  return v;
+}
+
+function bin(v: unknown, where: string, length: number): Uint8Array {
+  if (!(v instanceof Uint8Array)) fail(`${where} is ${show(v)}, expected bytes`);
+  if (v.length !== length) fail(`${where} has ${v.length} bytes, expected ${length}`);
   return v;
 }
 

@@ -91,6 +91,28 @@ export interface DataSection {
   storedBytes: bigint;
 }
 
+/**
+ * Digests of every block of every allocation (the shim's GPU kernel):
+ * digests[i] holds 8 bytes (u64 LE) per block of allocations[i], blocks of
+ * `size` bytes from the allocation's start (the last one shorter); 0 means
+ * all zeros. What a child image compares against to store only changes.
+ */
+export interface BlockDigests {
+  size: number;
+  digests: Uint8Array[];
+}
+
+/**
+ * The image an incremental image was made against: its frames hold only
+ * the blocks that differ from it, and every other byte comes from the
+ * parent (and its own parents). manifestSha256 is the SHA-256 of the
+ * parent's manifest payload, so a parent replaced since is refused.
+ */
+export interface ParentRecord {
+  path: string;
+  manifestSha256: Uint8Array;
+}
+
 export interface Manifest {
   format: 'gpuckpt-image';
   version: typeof FORMAT_VERSION;
@@ -104,6 +126,8 @@ export interface Manifest {
   allocations: AllocationRecord[];
   outsidePool: OutsidePoolBytes;
   data: DataSection;
+  blocks?: BlockDigests;
+  parent?: ParentRecord;
   /** Informational only (timings, counters); never affects restore. */
   stats?: Record<string, number>;
 }

@@ -81,6 +81,10 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       }
       return true;
     }
+    case GPCK_BLOCK_DIGEST:
+      Append(out, gpck_digest_req{static_cast<uint32_t>(ToU64(args.Get("device"))), 0, ToU64(args.Get("addr")),
+                                  ToU64(args.Get("length")), ToU64(args.Get("blockSize"))});
+      return true;
     default:
       err = "unknown request type " + std::to_string(type);
       return false;
@@ -197,6 +201,15 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
     case GPCK_COPY_IN:
       if (auto* r = As<gpck_copy_rep>(b)) {
         o.Set("bytes", Num(env, static_cast<double>(r->bytes)));
+        o.Set("ns", Num(env, static_cast<double>(r->ns)));
+      }
+      break;
+    case GPCK_BLOCK_DIGEST:
+      if (auto* r = As<gpck_digest_rep>(b)) {
+        uint64_t n = r->blocks;
+        if (n > GPCK_MAX_DIGESTS || b.size() != sizeof(*r) + n * sizeof(uint64_t)) break;
+        // The digests as raw little-endian bytes: 8 per block.
+        o.Set("digests", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(r->digests), n * 8));
         o.Set("ns", Num(env, static_cast<double>(r->ns)));
       }
       break;

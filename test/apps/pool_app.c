@@ -314,6 +314,17 @@ int main(void)
             generation++;
             fill_all();
             print_buffers("mutated");
+        } else if (sscanf(line, "touch %d", &n) == 1) {
+            /* The first n percent of every buffer rewritten, the rest kept:
+             * what an incremental checkpoint must find. */
+            generation++;
+            for (int i = 0; i < nbufs; i++) {
+                use_device(bufs[i].device);
+                size_t part = bufs[i].size * (size_t)n / 100;
+                if (part)
+                    launch_fill(bufs[i].ptr, part, 0x7F4A7C159E3779B9ull * (uint64_t)(i + 1) + (uint64_t)generation);
+            }
+            print_buffers("touched");
         } else if (!strncmp(line, "info", 4)) {
             cmd_info();
         } else if (sscanf(line, "churn %d", &n) == 1) {

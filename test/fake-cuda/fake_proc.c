@@ -152,6 +152,8 @@
     X(cuEventDestroy, 4000, , cuEventDestroy_v2)                               \
     X(cuEventElapsedTime, 2000, , cuEventElapsedTime)                          \
     X(cuEventElapsedTime, 12080, , cuEventElapsedTime_v2)                      \
+    X(cuModuleLoadData, 2000, , cuModuleLoadData)                              \
+    X(cuModuleGetFunction, 2000, , cuModuleGetFunction)                        \
     X(cuLaunchKernel, 4000, , cuLaunchKernel)                                  \
     X(cuLaunchKernel, 7000, _ptsz, cuLaunchKernel_ptsz)                        \
     X(cuLaunchHostFunc, 10000, , cuLaunchHostFunc)                             \

@@ -54,8 +54,44 @@ function shimTable(r) {
   ].join('\n');
 }
 
+/** Incremental images: checkpoint --parent against the full checkpoint it follows, on the same process. */
+function incrementalTable(r) {
+  const g = (k) => r.metrics[k];
+  const s = (k) => `${num(g(k).median, 's')} s (${all(g(k), 's')})`;
+  const gb = (k) => `${num(g(k).median, 'GB')} GB (${all(g(k), 'GB')})`;
+  const pct = (k) => `${(100 * g(k).median).toFixed(1)} % (${g(k).all.map((v) => (100 * v).toFixed(1)).join(', ')})`;
+  const mark = (k) => (g(k).median <= 0.15 ? '≤ 15 %: met' : '≤ 15 %: **missed**');
+  return [
+    `### ${r.workload}`,
+    '',
+    `${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`,
+    '',
+    '| | full checkpoint --gpu-only | checkpoint --gpu-only --parent (10 % changed) | incremental ÷ full | target |',
+    '| --- | --- | --- | --- | --- |',
+    `| image durable | ${s('full_seconds')} | **${s('inc_seconds')}** | ${pct('time_ratio')} | ${mark('time_ratio')} |`,
+    `| image on disk | ${gb('full_stored_bytes')} | **${gb('inc_stored_bytes')}** | ${pct('size_ratio')} | ${mark('size_ratio')} |`,
+    `| application pause | ${s('full_pause_seconds')} | **${s('inc_pause_seconds')}** | | |`,
+    `| data copied and stored | | ${gb('inc_raw_bytes')} | | |`,
+    `| digest kernel (in the pause) | | ${s('digest_seconds')} | | |`,
+    `| restore --into through the chain | | ${s('chain_restore_seconds')} | | |`,
+    '',
+    ...['full', 'inc'].map((w) => phaseLine(r, `${w}.`, `Where the ${w === 'full' ? 'full' : 'incremental'} checkpoint's time goes`)).filter(Boolean),
+    '',
+  ].join('\n');
+}
+
+/** "what (medians, s): phase t, ..." for the metrics named prefix + phase, or '' when there are none. */
+function phaseLine(r, prefix, what) {
+  const list = Object.entries(r.metrics)
+    .filter(([k]) => k.startsWith(prefix))
+    .map(([k, v]) => `${k.slice(prefix.length).replace(/_s$/, '')} ${v.median.toFixed(3)}`)
+    .join(', ');
+  return list ? `${what} (medians, s): ${list}.` : '';
+}
+
 function table(name, r) {
   if (name === 'shim') return shimTable(r);
+  if (name.startsWith('incremental-')) return incrementalTable(r);
   const out = [];
   const kind = name;
   out.push(`### ${r.workload}`, '');
@@ -70,14 +106,12 @@ function table(name, r) {
     const mark = target === undefined ? '' : a.median * (unit === 'GB' ? 1e-9 : 1) <= target ? ` ≤ ${target} ${unit}: met` : ` ≤ ${target} ${unit}: **missed**`;
     out.push(`| ${label} | **${num(a.median, unit)} ${unit}** (${all(a, unit)}) | ${b ? `${num(b.median, unit)} ${unit} (${all(b, unit)})` : '—'} | ${ratio} | ${mark.trim() || '—'} |`);
   }
-  const phases = (prefix) =>
-    Object.entries(r.metrics)
-      .filter(([k]) => k.startsWith(prefix))
-      .map(([k, v]) => `${k.slice(prefix.length).replace(/_s$/, '')} ${v.median.toFixed(3)}`)
-      .join(', ');
-  if (phases('suspend.')) out.push('', `Where suspend's time goes (medians, s): ${phases('suspend.')}.`);
-  if (phases('resume.')) out.push(`Where resume's time goes (medians, s): ${phases('resume.')}.`);
-  if (phases('restore.')) out.push(`Where a whole-process restore's time goes (medians, s): ${phases('restore.')}.`);
+  const phases = [
+    phaseLine(r, 'suspend.', "Where suspend's time goes"),
+    phaseLine(r, 'resume.', "Where resume's time goes"),
+    phaseLine(r, 'restore.', "Where a whole-process restore's time goes"),
+  ].filter(Boolean);
+  if (phases.length) out.push('', ...phases);
   out.push('');
   return out.join('\n');
 }

@@ -13,7 +13,9 @@
  * Environment: BENCH_POOLS (default "1,16,64"; sizes that do not fit the
  * GPU, host memory or disk are skipped with the reason), BENCH_RUNS
  * (default 3), BENCH_TORCH (default 1), BENCH_SHIM (default 1: the shim's
- * own cost, cudaMalloc+cudaFree and kernel launches against native).
+ * own cost, cudaMalloc+cudaFree and kernel launches against native),
+ * BENCH_INCREMENTAL (default "16": pool sizes in GiB for incremental
+ * images, 10 % changed; "0": none).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -70,6 +72,21 @@ export async function runBench(h) {
     });
   }
 
+  for (const gib of (env.BENCH_INCREMENTAL ?? '16').split(',').map(Number).filter((g) => g > 0)) {
+    const name = `incremental-${gib}g`;
+    await h.test(`bench/${name}`, async () => {
+      const why = poolDoesNotFit(h, gib, gpus);
+      if (why) throw new h.Skip(why);
+      const metrics = await benchIncremental(h, runs, gib);
+      save(name, `pool_fill ${gib} GiB: full checkpoint, then 10 % of every buffer rewritten and checkpoint --parent`, metrics);
+      const g = (k) => metrics[k].median;
+      return (
+        `incremental ${g('inc_seconds')} s / ${(g('inc_stored_bytes') / 1e9).toFixed(2)} GB vs full ${g('full_seconds')} s / ${(g('full_stored_bytes') / 1e9).toFixed(2)} GB ` +
+        `(${(100 * g('time_ratio')).toFixed(1)} % of the time, ${(100 * g('size_ratio')).toFixed(1)} % of the size); digests ${g('digest_seconds')} s; restore through the chain ${g('chain_restore_seconds')} s`
+      );
+    });
+  }
+
   if (env.BENCH_TORCH !== '0') {
     await h.test('bench/torch', async () => {
       const { py, script } = h.pythonJob('torch');
@@ -111,6 +128,53 @@ async function benchShim(h, runs) {
     add('launches_per_s_plain', plain.launchesPerSec);
     add('launches_per_s_shim', shim.launchesPerSec);
     add('launch_rate_ratio', shim.launchesPerSec / plain.launchesPerSec);
+  }
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+}
+
+/**
+ * Incremental images on one pool_fill process, `runs` rounds of: a full
+ * gpu-only checkpoint, `touch 10` (the first 10 % of every buffer
+ * rewritten), checkpoint --parent of the full one; then a rollback through
+ * the chain, verified. Images are removed after each round (disk).
+ */
+async function benchIncremental(h, runs, gib) {
+  const p = h.launchViaFifo('pool_fill', [String(gib)]);
+  const m = {};
+  const add = (k, v) => (m[k] ??= []).push(v);
+  try {
+    const ready = await p.nextLine('ready', 600_000);
+    const pid = String(ready.pid);
+    for (let i = 0; i < runs; i++) {
+      const full = path.join(h.tmpRoot, `inc-full-${i}`);
+      const inc = path.join(h.tmpRoot, `inc-${i}`);
+      const f = await h.cliJson(['checkpoint', pid, '--gpu-only', '-o', full, '--json'], 600_000);
+      const touched = (await p.send('touch 10', 'touched', 120_000)).buffers;
+      const c = await h.cliJson(['checkpoint', pid, '--gpu-only', '-o', inc, '--parent', full, '--json'], 600_000);
+      add('full_seconds', f.seconds);
+      add('full_pause_seconds', f.pauseSeconds);
+      add('full_stored_bytes', f.storedBytes);
+      add('inc_seconds', c.seconds);
+      add('inc_pause_seconds', c.pauseSeconds);
+      add('inc_raw_bytes', c.rawBytes);
+      add('inc_stored_bytes', c.storedBytes);
+      add('digest_seconds', c.digestSeconds);
+      add('time_ratio', c.seconds / f.seconds);
+      for (const [k, v] of Object.entries(f.phases ?? {})) add(`full.${k}_s`, v);
+      for (const [k, v] of Object.entries(c.phases ?? {})) add(`inc.${k}_s`, v);
+      add('size_ratio', c.storedBytes / f.storedBytes);
+      if (i === runs - 1) {
+        await p.send('mutate', 'mutated', 120_000);
+        const r = await h.cliJson(['restore', inc, '--into', pid, '--json'], 600_000);
+        h.expectSame((await p.send('state', 'state')).buffers, touched, 'state after restoring the incremental image');
+        add('chain_restore_seconds', r.seconds);
+      }
+      fs.rmSync(inc, { recursive: true, force: true });
+      fs.rmSync(full, { recursive: true, force: true });
+    }
+    p.send('quit', 'bye').catch(() => undefined);
+  } finally {
+    p.close();
   }
   return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
 }

@@ -1329,6 +1329,10 @@ async function main() {
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
   await test('process/failures', needCli(() => processFailuresScenario('process/failures')));
   await test('process/terminal', needCli(() => terminalScenario('process/terminal')));
+  if (['incremental'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runIncremental } = await import('./incremental.mjs');
+    await runIncremental({ App, test, Skip, failure, sleep, cliJson, expectSame, launchViaFifo, snapPath, measure });
+  }
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
   await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));

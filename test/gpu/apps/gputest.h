@@ -7,6 +7,7 @@
  *   at start  -> {"event":"ready","pid":N,"buffers":[{"device":D,"addr":"0x..","size":N,"checksum":"<16 hex>"},..]}
  *   state     -> {"event":"state","buffers":[..current checksums..]}
  *   mutate    -> every buffer rewritten with a new seed -> {"event":"mutated","buffers":[..]}
+ *   touch P   -> the first P percent of every buffer rewritten -> {"event":"touched","buffers":[..]}
  *   quit      -> {"event":"bye"}, exit 0
  *   anything else -> {"event":"error","message":"unknown command .."}
  * A fatal CUDA error prints {"event":"error","message":".."} and exits 1.
@@ -391,6 +392,22 @@ static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
             gt_rt_fill_all(bufs, n, devs, ++gen);
             gt_rt_checksum_all(bufs, n, devs);
             gt_emit("mutated", NULL, bufs, n);
+        } else if (!strncmp(cmd, "touch ", 6)) {
+            /* touch P: the first P percent of every buffer rewritten (a
+             * new generation), the rest left as it is: what an
+             * incremental checkpoint must find. */
+            double pct = atof(cmd + 6);
+            ++gen;
+            for (int i = 0; i < n; i++) {
+                gt_buf part = bufs[i];
+                part.size = (uint64_t)(bufs[i].size * (pct / 100.0)) / 8 * 8;
+                if (!part.size)
+                    continue;
+                GT_CK(cudaSetDevice(part.device));
+                gt_rt_fill(&part, gt_seed(i, gen), devs[part.device].stream);
+            }
+            gt_rt_checksum_all(bufs, n, devs);
+            gt_emit("touched", NULL, bufs, n);
         } else if (!strcmp(cmd, "quit")) {
             gt_emit("bye", NULL, NULL, 0);
             return;

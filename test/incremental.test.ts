@@ -1,0 +1,128 @@
+/**
+ * Incremental images (checkpoint --parent) end to end on the fake driver,
+ * whose digest "kernel" computes the shim's PTX kernel's function on the
+ * CPU: only changed blocks are stored, restore follows the chain bit for
+ * bit, inspect shows it, and a broken chain is refused in one line before
+ * the process is touched.
+ */
+import { describe, expect, it } from 'vitest';
+import { renameSync, rmSync } from 'node:fs';
+import { sameBuffers, type BufferState } from '../controller/app-driver.js';
+import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+
+const { box, env } = checkpointingSandbox();
+const cli = (args: string[]) => box.cli(args, env);
+const ok = (args: string[]) => {
+  const r = cli(args);
+  if (r.code !== 0) throw new Error(`gpuckpt ${args.join(' ')}: ${r.stderr.trim()}`);
+  return r;
+};
+const MiB = 2 ** 20;
+
+describe('checkpoint --parent', () => {
+  it('stores only changed blocks, restores through a chain of two, and shows the chain', async () => {
+    const { app, ready } = await box.start(APPS.linked, { env });
+    const pid = String(app.pid);
+    const R = ready.buffers as BufferState[];
+    const A = box.path('A');
+    const full = json(ok(['checkpoint', pid, '--gpu-only', '-o', A, '--json']).stdout);
+    expect(json(ok(['inspect', A, '--json']).stdout).blocks.count).toBeGreaterThan(0);
+
+    const T1 = (await app.command('touch 10')).buffers as BufferState[];
+    expect(sameBuffers(T1, R)).toBe(false);
+    const B = box.path('B');
+    const inc = json(ok(['checkpoint', pid, '--gpu-only', '-o', B, '--parent', A, '--json']).stdout);
+    expect(inc.parent).toBe(A);
+    expect(inc.poolBytes).toBe(full.rawBytes);
+    // 10 % of 1 MiB, 3 MiB, 40 MiB and 4 KiB buffers touches one 2 MiB block of
+    // each small one and two of the 40 MiB one: 1 + 2 + 4 MiB + 4 KiB.
+    expect(inc.rawBytes).toBe(MiB + 2 * MiB + 4 * MiB + 4096);
+    expect(inc.storedBytes).toBeLessThan(full.storedBytes / 4);
+
+    const T2 = (await app.command('touch 50')).buffers as BufferState[];
+    const C = box.path('C');
+    ok(['checkpoint', pid, '--gpu-only', '-o', C, '--parent', B]);
+    // Nothing changed since C: an image of no data at all.
+    const D = box.path('D');
+    expect(json(ok(['checkpoint', pid, '--gpu-only', '-o', D, '--parent', C, '--json']).stdout).rawBytes).toBe(0);
+
+    await app.command('mutate');
+    ok(['restore', D, '--into', pid]);
+    expect(sameBuffers((await app.command('state')).buffers, T2)).toBe(true);
+    await app.command('mutate');
+    ok(['restore', C, '--into', pid]);
+    expect(sameBuffers((await app.command('state')).buffers, T2)).toBe(true);
+    ok(['restore', B, '--into', pid]);
+    expect(sameBuffers((await app.command('state')).buffers, T1)).toBe(true);
+    ok(['restore', A, '--into', pid]);
+    expect(sameBuffers((await app.command('state')).buffers, R)).toBe(true);
+
+    const shown = json(ok(['inspect', C, '--json']).stdout);
+    expect(shown.verified).toBe(true);
+    expect(shown.parent.path).toBe(B);
+    expect(shown.chain.map((c: { image: string }) => c.image)).toEqual([B, A]);
+    expect(ok(['inspect', C]).stdout).toMatch(new RegExp(`parent +${B}\\n(.|\\n)*chain 2 +${A}`));
+    expect(await app.quit()).toBe(0);
+  });
+
+  it('a whole-process image --parent: the process resumes through the chain (--leave-running, fake CRIU)', async () => {
+    const { app } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
+    const pid = String(app.pid);
+    const P1 = box.path('P1');
+    const P2 = box.path('P2');
+    ok(['checkpoint', pid, '-o', P1, '--leave-running']);
+    const T = (await app.command('touch 30')).buffers as BufferState[];
+    // The image failing: the process comes back whole (staging held only
+    // the changes, so it must not be what the pool is restored from).
+    const failed = box.cli(['checkpoint', pid, '-o', P2, '--parent', P1], { ...env, GPUCKPT_TEST_FAULT: 'image-write' });
+    expect(failed.code).toBe(1);
+    expect(failed.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(sameBuffers((await app.command('state')).buffers, T)).toBe(true);
+    ok(['checkpoint', pid, '-o', P2, '--parent', P1, '--leave-running']);
+    // The pool went back from P2 and P1 together: staging held only the changes.
+    expect(sameBuffers((await app.command('state')).buffers, T)).toBe(true);
+    const shown = json(ok(['inspect', P2, '--json']).stdout);
+    expect(shown.kind).toBe('process');
+    expect(shown.chain.map((c: { image: string }) => c.image)).toEqual([P1]);
+    expect(await app.quit()).toBe(0);
+  });
+
+  it('a broken chain is refused in one line before the process is touched', async () => {
+    const { app } = await box.start(APPS.linked, { env });
+    const pid = String(app.pid);
+    const A = box.path('bA');
+    const B = box.path('bB');
+    ok(['checkpoint', pid, '--gpu-only', '-o', A]);
+    await app.command('touch 20');
+    ok(['checkpoint', pid, '--gpu-only', '-o', B, '--parent', A]);
+    const M = (await app.command('mutate')).buffers as BufferState[];
+
+    const refused = (pattern: RegExp) => {
+      const r = cli(['restore', B, '--into', pid]);
+      expect(r.code).toBe(1);
+      expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
+      expect(r.stderr).toMatch(pattern);
+    };
+    renameSync(A, `${A}.moved`);
+    refused(/cannot be restored: .* was made against .*bA, which is missing/);
+    const inspected = cli(['inspect', B, '--json']);
+    expect(json(inspected.stdout).verified).toBe(false);
+    expect(json(inspected.stdout).problem).toMatch(/which is missing/);
+    renameSync(`${A}.moved`, A);
+    // The parent replaced by another image at the same path.
+    ok(['checkpoint', pid, '--gpu-only', '-o', A, '--force']);
+    refused(/which has been replaced since/);
+    expect(sameBuffers((await app.command('state')).buffers, M)).toBe(true);
+
+    // A parent that cannot be one: missing, or the output itself.
+    const noParent = cli(['checkpoint', pid, '--gpu-only', '-o', box.path('bX'), '--parent', box.path('nothing')]);
+    expect(noParent.code).toBe(1);
+    expect(noParent.stderr.trimEnd().split('\n')).toHaveLength(1);
+    const self = cli(['checkpoint', pid, '--gpu-only', '-o', A, '--force', '--parent', A]);
+    expect(self.code).toBe(1);
+    expect(self.stderr).toMatch(/cannot be both the parent and the new image/);
+    rmSync(box.path('bX'), { recursive: true, force: true });
+    expect(sameBuffers((await app.command('state')).buffers, M)).toBe(true);
+    expect(await app.quit()).toBe(0);
+  });
+});
