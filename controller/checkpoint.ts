@@ -8,12 +8,12 @@
  * pause then also covers that compression (reported, never hidden).
  */
 import { hostname } from 'node:os';
-import { resolve } from 'node:path';
 import { CodecPool } from './codec-pool.js';
 import { GpuckptError } from './errors.js';
 import { Limiter } from './limiter.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
-import { changedRanges, digestsByBlock, manifestSha256, openParents, planChain } from './image/chain.js';
+import { loadDigestKernels, digestAllocations } from './block-digests.js';
+import { changedRanges, digestsByBlock, manifestSha256, openChain, refuseReplacingChain, samePool, type DigestsByBlock } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
 import { commandLine } from './processes.js';
@@ -128,8 +128,12 @@ export async function writePoolImage(
     if (!parent) await mapStaging(most, !opts.prepareDuringCopy);
     const stagingFor = async (bytes: number) => staging ?? mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false);
 
+    // The driver's first compile of the kernel stays out of the pause. (A
+    // pool that is not active is refused by the quiesce, in its own words.)
+    const kernelLoaded = session.poolActive && (await loadDigestKernels(session, await session.listAllocations()));
+    if (parent && session.poolActive && !kernelLoaded) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so no incremental image can be made`);
     clock.mark('setup');
-    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, parent?.digests);
+    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, parent?.digests);
     clock.phases.pause = round(run.pauseSeconds, 4);
     clock.mark('drain');
     clock.phases.drain = round(clock.phases.drain! - run.pauseSeconds, 4);
@@ -162,6 +166,9 @@ export async function writePoolImage(
         stagingRegisterSeconds: seconds(run.staging.registerNs),
       },
     };
+    // The parent must still be the image the changes were taken against.
+    if (parent && !(await manifestSha256(parent.record.path)).equals(parent.record.manifestSha256))
+      throw new GpuckptError('IMAGE_CHAIN_BROKEN', `${parent.record.path} was replaced while this checkpoint was made against it; no image written`);
     await writer.commit(manifest);
     clock.mark('commit');
     const total = (performance.now() - t0) / 1000;
@@ -198,36 +205,26 @@ export async function writePoolImage(
 /**
  * The image a checkpoint --parent stores its changes against: checked
  * before the application is touched (its own chain whole, digests present,
- * the same pool), and its digests by block address.
+ * the same pool, and neither it nor any of its parents about to be
+ * replaced by the new image), and its digests by block address.
  */
-async function readParent(path: string, out: string, session: ShimSession): Promise<{ record: ParentRecord; digests: Map<string, { digest: bigint; length: number }> }> {
+async function readParent(path: string, out: string, session: ShimSession): Promise<{ record: ParentRecord; digests: DigestsByBlock }> {
   const reader = await ImageReader.open(path);
-  const parents: ImageReader[] = [];
+  const { parents } = await openChain(reader).catch(async (e) => {
+    await reader.close();
+    throw e;
+  });
   try {
-    if (reader.path === resolve(out)) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} cannot be both the parent and the new image`);
-    parents.push(...(await openParents(reader)));
-    planChain([reader, ...parents]);
+    refuseReplacingChain(out, [reader, ...parents]);
     const m = reader.manifest;
     const digests = digestsByBlock(m);
     if (!digests) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} has no block digests (the driver could not run the digest kernel when it was made): it cannot be a parent`);
-    const h = session.hello;
-    if (m.pool.base !== h.poolBase || m.pool.sliceSize !== h.sliceSize || m.pool.deviceCount !== h.deviceCount)
+    if (!samePool(m.pool, { base: session.hello.poolBase, sliceSize: session.hello.sliceSize, deviceCount: session.hello.deviceCount }))
       throw new GpuckptError('LAYOUT_MISMATCH', `${reader.path} was made from a pool of another layout than process ${session.pid}'s: it cannot be a parent`);
     return { record: { path: reader.path, manifestSha256: await manifestSha256(reader.path) }, digests };
   } finally {
     await Promise.all([reader, ...parents].map((r) => r.close()));
   }
-}
-
-/** Every allocation's block digests (undefined where the driver will not run the kernel). */
-async function digestAll(session: ShimSession, allocations: CopyRun['allocations']): Promise<Buffer[] | undefined> {
-  const out: Buffer[] = [];
-  for (const a of allocations) {
-    const d = await session.blockDigests(a.device, a.addr, a.size, DIGEST_BLOCK);
-    if (!d) return undefined;
-    out.push(d);
-  }
-  return out;
 }
 
 interface CopyRun {
@@ -251,7 +248,8 @@ async function copyAndCompress(
   writer: ImageWriter,
   opts: CheckpointOptions,
   release: (staged: Staged) => Promise<unknown>,
-  parent?: Map<string, { digest: bigint; length: number }>,
+  kernelLoaded: boolean,
+  parent?: DigestsByBlock,
 ): Promise<CopyRun> {
   const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
@@ -284,9 +282,7 @@ async function copyAndCompress(
   try {
     allocations = await session.listAllocations();
     const d0 = performance.now();
-    // Without a parent the digests only serve later children: the
-    // checkpoint goes on without them if the kernel fails.
-    digests = parent ? await digestAll(session, allocations) : await digestAll(session, allocations).catch(() => undefined);
+    digests = kernelLoaded ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
     digestSeconds = (performance.now() - d0) / 1000;
     if (parent && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no incremental image can be made`);
     pieces = splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations);

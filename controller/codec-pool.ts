@@ -43,6 +43,7 @@ export class CodecPool {
   /** Set by close(): workers answer the tasks still queued without running them. */
   private readonly cancelled = new Int32Array(new SharedArrayBuffer(4));
   private idle: (() => void) | undefined;
+  private closing: Promise<void> | undefined;
 
   constructor(workers = defaultWorkerCount()) {
     const url = new URL('./codec-worker.js', import.meta.url);
@@ -88,21 +89,25 @@ export class CodecPool {
    * closes (the flow that sent it has failed): its promise never settles,
    * as none did when the workers were simply terminated.
    */
-  async close(): Promise<void> {
-    Atomics.store(this.cancelled, 0, 1);
-    while (this.pending.size > 0) await new Promise<void>((res) => (this.idle = res));
-    await Promise.all(this.slots.map((s) => s.worker.terminate()));
-    this.slots.length = 0;
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      Atomics.store(this.cancelled, 0, 1);
+      while (this.pending.size > 0) await new Promise<void>((res) => (this.idle = res));
+      await Promise.all(this.slots.map((s) => s.worker.terminate()));
+      this.slots.length = 0;
+    })();
+    return this.closing;
   }
 
-  private leastBusy(): Slot {
-    let best = this.slots[0]!;
-    for (const s of this.slots) if (s.busy < best.busy) best = s;
+  private leastBusy(): Slot | undefined {
+    let best = this.slots[0];
+    for (const s of this.slots) if (s.busy < best!.busy) best = s;
     return best;
   }
 
-  private send(slot: Slot, body: TaskBody, transfer: ArrayBuffer[]): Promise<CodecReply> {
+  private send(slot: Slot | undefined, body: TaskBody, transfer: ArrayBuffer[]): Promise<CodecReply> {
     if (this.failed) return Promise.reject(this.failed);
+    if (this.closing || !slot) return Promise.reject(new GpuckptError('INTERNAL', 'codec pool used after close'));
     const id = this.nextId++;
     slot.busy++;
     return new Promise<CodecReply>((resolve, reject) => {
@@ -116,7 +121,13 @@ export class CodecPool {
           reject(e);
         },
       });
-      slot.worker.postMessage({ ...body, id } as CodecTask, transfer);
+      try {
+        slot.worker.postMessage({ ...body, id } as CodecTask, transfer);
+      } catch (e) {
+        this.pending.delete(id);
+        slot.busy--;
+        reject(e as Error);
+      }
     });
   }
 

@@ -39,9 +39,11 @@ const DRIVER_FUNCTION: Record<DriverStep | 'state', string> = {
   unlock: 'cuCheckpointProcessUnlock',
 };
 
+const CUDA_ERROR_UNKNOWN = 999;
+
 /** One call of the driver's API (or, in a fault test, its failure). */
 async function callDriver(step: DriverStep | 'state', pid: number, pairs?: GpuPair[]): Promise<{ result: number; state?: number }> {
-  if (driverFaultDue(DRIVER_FUNCTION[step])) return { result: 999 };
+  if (driverFaultDue(DRIVER_FUNCTION[step])) return { result: CUDA_ERROR_UNKNOWN };
   return native().driverCheckpoint(step, pid, pairs);
 }
 

@@ -1,7 +1,7 @@
 /** What an image holds, and whether every frame's checksum verifies. */
 import { CodecPool } from './codec-pool.js';
 import { isGpuckptError } from './errors.js';
-import { openParents, planChain } from './image/chain.js';
+import { openChain } from './image/chain.js';
 import { ImageReader, type Manifest } from './image/index.js';
 import { Progress } from './progress.js';
 import { allFrames, verifyFrames } from './verify-frames.js';
@@ -22,8 +22,7 @@ export async function inspectImage(path: string, opts: { verify?: boolean; worke
   try {
     const report: InspectReport = { image: reader.path, manifest: reader.manifest, verified: false, chain: [] };
     try {
-      parents.push(...(await openParents(reader)));
-      planChain([reader, ...parents]);
+      parents.push(...(await openChain(reader)).parents);
     } catch (e) {
       if (!isGpuckptError(e, 'IMAGE_CHAIN_BROKEN')) throw e;
       report.problem = e.message;

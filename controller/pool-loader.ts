@@ -12,7 +12,7 @@
  * first and decompressed again, batch by batch, during copyIn().
  */
 import { CodecPool } from './codec-pool.js';
-import { openParents, planChain, type ChainSource } from './image/chain.js';
+import { openChain, type ChainSource } from './image/chain.js';
 import { frameLabel, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
@@ -44,12 +44,12 @@ export class PoolLoader {
 
   /** Opens reader's parents, maps staging in the process behind session and verifies the data. */
   static async prepare(session: ShimSession, reader: ImageReader, opts: LoaderOptions): Promise<PoolLoader> {
-    const parents = await openParents(reader);
+    const { parents, sources: plan } = await openChain(reader);
     const chain = [reader, ...parents];
     let staging: StagingMemory | undefined;
     let codecs: CodecPool | undefined;
     try {
-      const sources: Source[] = planChain(chain).map((s) => ({ ...s, length: s.frame.length }));
+      const sources: Source[] = plan.map((s) => ({ ...s, length: s.frame.length }));
       const rawBytes = sources.reduce((sum, s) => sum + BigInt(s.length), 0n);
       staging = await session.mapStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
       codecs = new CodecPool(opts.workers);

@@ -25,8 +25,6 @@ import {
 const LIST_PAGE = 4096;
 /** A plain request that takes longer than this means the shim is stuck. */
 const REQUEST_TIMEOUT_MS = 60_000;
-/** GPCK_MAX_DIGESTS: blocks per digest request. */
-const MAX_DIGESTS = 16_000;
 
 /** The shim's staging memfd, received over the socket; the codec workers map it. */
 /** Flags of the protocol header (GPCK_STAGING_*, GPCK_SUSPEND_HOLD_STAGING). */
@@ -183,31 +181,34 @@ export class ShimSession {
   }
 
   /**
-   * The digest of every block of [addr, addr + length) on device, by the
-   * shim's kernel while the application is held (8 bytes LE per block; 0:
-   * all zeros); undefined where the driver will not run the kernel.
+   * Digests of ranges of one device by the shim's kernel while the
+   * application is held (8 bytes LE per block, the ranges' blocks one
+   * after the other; 0: all zeros), within native().maxDigests blocks and
+   * maxDigestRanges ranges; undefined where the driver will not run the
+   * kernel.
    */
-  async blockDigests(device: number, addr: bigint, length: bigint, blockSize: number): Promise<Buffer | undefined> {
-    const parts: Buffer[] = [];
-    const span = BigInt(blockSize) * BigInt(MAX_DIGESTS);
-    for (let off = 0n; off < length; off += span) {
-      const n = length - off < span ? length - off : span;
-      try {
-        const r = await this.request<{ digests?: Buffer }>(
-          MessageType.BLOCK_DIGEST,
-          'block digests',
-          { device, addr: addr + off, length: n, blockSize: BigInt(blockSize) },
-          REQUEST_TIMEOUT_MS,
-          { ENOSYS: 'NO_DIGEST_KERNEL' },
-        );
-        if (!r.digests) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent malformed block digests`);
-        parts.push(r.digests);
-      } catch (e) {
-        if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return undefined;
-        throw e;
-      }
+  async blockDigests(device: number, ranges: { addr: bigint; length: bigint }[], blockSize: number): Promise<Buffer | undefined> {
+    try {
+      const r = await this.request<{ digests?: Buffer }>(MessageType.BLOCK_DIGEST, 'block digests', { device, ranges, blockSize: BigInt(blockSize) }, REQUEST_TIMEOUT_MS, {
+        ENOSYS: 'NO_DIGEST_KERNEL',
+      });
+      if (!r.digests) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent malformed block digests`);
+      return r.digests;
+    } catch (e) {
+      if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return undefined;
+      throw e;
     }
-    return Buffer.concat(parts);
+  }
+
+  /** Has the shim load its digest kernel on device now, outside any pause; false where the driver will not. */
+  async loadDigestKernel(device: number): Promise<boolean> {
+    try {
+      await this.request(MessageType.BLOCK_DIGEST, 'load the digest kernel', { device, ranges: [], blockSize: 0n }, REQUEST_TIMEOUT_MS, { ENOSYS: 'NO_DIGEST_KERNEL' });
+      return true;
+    } catch (e) {
+      if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return false;
+      throw e;
+    }
   }
 
   copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {

@@ -271,10 +271,14 @@ export async function resumeProcess(
     try {
       await session.remapPool();
     } catch (e) {
-      // Stay suspended: free the GPU again, and remember where the driver put us.
-      const now = (await session.devices()).map((d) => d.uuid);
-      writeFileSync(join(where, CURRENT_DEVICES), JSON.stringify(now));
-      await driverFreeze(pid);
+      // Stay suspended: free the GPU again whatever else fails, and
+      // remember where the driver put us (for the next resume's checks).
+      try {
+        const now = (await session.devices()).map((d) => d.uuid);
+        writeFileSync(join(where, CURRENT_DEVICES), JSON.stringify(now));
+      } finally {
+        await driverFreeze(pid);
+      }
       if (isGpuckptError(e, 'GPU_OUT_OF_MEMORY'))
         throw new GpuckptError('TARGET_NO_MEMORY', `${target ? `GPU ${target.uuid}` : 'the GPU'} has no room for the pool (${formatBytes(rawBytes)}): process ${pid} stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'SHIM_ERROR', `${(e as Error).message}: process ${pid} stays suspended`);

@@ -2,51 +2,66 @@
 #include "block_digest.h"
 
 #include <errno.h>
+#include <stdbool.h>
 
 #include "block_digest.ptx.h"
 #include "contexts.h"
-#include "gpuckpt_protocol.h"
 #include "log.h"
 #include "real_driver.h"
 
-/* Loaded into each device's primary context on first use (the driver
- * JIT-compiles the PTX once and caches it); it stays for the life of the
- * context, across driver checkpoints. Used from the control thread only. */
+/* Loaded into each device's primary context on first use; it stays for the
+ * life of the context, across driver checkpoints. A driver that refused it
+ * (an older driver than the PTX's ISA, 9.0: R580) is not asked again, so a
+ * checkpoint's pause never pays for a failing compile twice. Used from the
+ * control thread only. */
 static CUfunction kernels[GPCK_MAX_DEVICES];
+static bool refused[GPCK_MAX_DEVICES];
 
 #define THREADS 512u
 
-static int load_kernel(int device, CUresult *cu_err)
+int gp_block_digest_load(int device, CUresult *cu_err)
 {
+    if (device < 0 || device >= (int)GPCK_MAX_DEVICES)
+        return -EINVAL;
     if (kernels[device])
         return 0;
+    if (refused[device] || !GP_HAS_REAL(cuModuleLoadData) || !GP_HAS_REAL(cuLaunchKernel))
+        return -ENOSYS;
+    int err = gp_contexts_use_primary(device, cu_err);
+    if (err)
+        return err;
     CUmodule module;
     CUresult r = GP_REAL(cuModuleLoadData)(&module, gp_block_digest_ptx);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         r = GP_REAL(cuModuleGetFunction)(&kernels[device], module, "gp_block_digest");
+        if (r != CUDA_SUCCESS && GP_HAS_REAL(cuModuleUnload))
+            GP_REAL(cuModuleUnload)(module);
+    }
     if (r != CUDA_SUCCESS) {
         kernels[device] = NULL;
+        refused[device] = true;
         *cu_err = r;
-        GP_WARN("digest", "device %d: the digest kernel does not load (CUresult %d)", device, (int)r);
+        GP_WARN("digest", "device %d: the driver will not load the digest kernel (CUresult %d): no incremental images",
+                device, (int)r);
         return -ENOSYS;
     }
     return 0;
 }
 
-int gp_block_digest(int device, CUdeviceptr addr, uint64_t length, uint64_t block_size, uint64_t *digests,
-                    CUresult *cu_err)
+int gp_block_digest(int device, const struct gpck_digest_range *ranges, uint32_t count, uint64_t block_size,
+                    uint64_t *digests, CUresult *cu_err)
 {
-    if (device < 0 || device >= (int)GPCK_MAX_DEVICES || !length || !block_size || block_size % 8)
+    if (!block_size || block_size % 8)
         return -EINVAL;
-    if (!GP_HAS_REAL(cuModuleLoadData) || !GP_HAS_REAL(cuLaunchKernel))
-        return -ENOSYS;
-    int err = gp_contexts_use_primary(device, cu_err);
+    int err = gp_block_digest_load(device, cu_err);
     if (err)
         return err;
-    err = load_kernel(device, cu_err);
+    err = gp_contexts_use_primary(device, cu_err);
     if (err)
         return err;
-    uint64_t blocks = (length + block_size - 1) / block_size;
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < count; i++)
+        blocks += (ranges[i].length + block_size - 1) / block_size;
     CUdeviceptr out = 0;
     /* Outside the pool on purpose: a few KiB that must not show up in
      * the application's allocations or in the image. */
@@ -55,16 +70,22 @@ int gp_block_digest(int device, CUdeviceptr addr, uint64_t length, uint64_t bloc
         *cu_err = r;
         return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
     }
-    unsigned long long words = addr, nbytes = length, block_words = block_size / 8, dst = out;
-    void *params[] = { &words, &nbytes, &block_words, &dst };
-    r = GP_REAL(cuLaunchKernel)(kernels[device], (unsigned)blocks, 1, 1, THREADS, 1, 1, 0, NULL, params, NULL);
+    /* One launch per range on the legacy stream, in order; one copy back. */
+    unsigned long long block_words = block_size / 8;
+    CUdeviceptr at = out;
+    for (uint32_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        unsigned long long range_addr = ranges[i].addr, nbytes = ranges[i].length, dst = at;
+        void *params[] = { &range_addr, &nbytes, &block_words, &dst };
+        unsigned grid = (unsigned)((nbytes + block_size - 1) / block_size);
+        r = GP_REAL(cuLaunchKernel)(kernels[device], grid, 1, 1, THREADS, 1, 1, 0, NULL, params, NULL);
+        at += grid * sizeof(uint64_t);
+    }
     if (r == CUDA_SUCCESS)
         r = GP_REAL(cuMemcpyDtoH_v2)(digests, out, blocks * sizeof(uint64_t));
     GP_REAL(cuMemFree_v2)(out);
     if (r != CUDA_SUCCESS) {
         *cu_err = r;
-        GP_ERROR("digest", "device %d: digest of 0x%llx+%llu failed (CUresult %d)", device,
-                 (unsigned long long)addr, (unsigned long long)length, (int)r);
+        GP_ERROR("digest", "device %d: digests of %u ranges failed (CUresult %d)", device, count, (int)r);
         return -EIO;
     }
     return 0;

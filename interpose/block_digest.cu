@@ -1,7 +1,7 @@
 /* The one GPU kernel the shim ships: a 64-bit digest of every block of a
  * device range, read at HBM speed, so that a checkpoint moves only the
- * blocks that changed since its parent image (and none that are all
- * zeros). Shipped as PTX (block_digest.ptx.h, made by gen_ptx.sh) that the
+ * blocks that changed since its parent image (a digest of 0 also marks a
+ * block all zeros). Shipped as PTX (block_digest.ptx.h, made by gen_ptx.sh) that the
  * driver compiles for whatever GPU the process runs on.
  *
  * The function (block_digest_fn.h) is a 64-bit sum of per-word terms: a

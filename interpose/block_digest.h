@@ -1,17 +1,23 @@
-/* Runs the shim's digest kernel (block_digest.cu, shipped as PTX) on a
- * device range: one 64-bit digest per block, 0 for an all-zero block. */
+/* Runs the shim's digest kernel (block_digest.cu, shipped as PTX) on
+ * device ranges: one 64-bit digest per block, 0 for an all-zero block. */
 #ifndef GPUCKPT_BLOCK_DIGEST_H
 #define GPUCKPT_BLOCK_DIGEST_H
 
 #include <stdint.h>
 
 #include "cuda_api.h"
+#include "gpuckpt_protocol.h"
 
-/* digests[ceil(length / block_size)] for [addr, addr + length) on device
- * (the caller checked the range and holds the application still).
- * 0, -ENOSYS (the driver would not load or run the kernel), -ENOMEM, or
- * -EIO with *cu_err. */
-int gp_block_digest(int device, CUdeviceptr addr, uint64_t length, uint64_t block_size, uint64_t *digests,
-                    CUresult *cu_err);
+/* Loads the kernel into device's primary context (once; the driver
+ * compiles the PTX the first time). 0, or -ENOSYS when the driver will not
+ * load it (remembered: later calls fail at once). */
+int gp_block_digest_load(int device, CUresult *cu_err);
+
+/* digests for count ranges of device (checked by the caller: aligned,
+ * inside live allocations, the application held still), in order, each
+ * range cut in blocks of block_size. 0, -ENOSYS, -ENOMEM, or -EIO with
+ * *cu_err. */
+int gp_block_digest(int device, const struct gpck_digest_range *ranges, uint32_t count, uint64_t block_size,
+                    uint64_t *digests, CUresult *cu_err);
 
 #endif

@@ -14,17 +14,24 @@
 #define GP_DIGEST_FN static inline
 #endif
 
-/* One word's share: splitmix64's finaliser of the word plus its position,
- * so a changed word or two swapped words change the sum. */
-GP_DIGEST_FN unsigned long long gp_digest_term(unsigned long long w, unsigned long long i)
+/* splitmix64's finaliser. */
+GP_DIGEST_FN unsigned long long gp_digest_mix(unsigned long long x)
 {
-    unsigned long long x = w + (i + 1) * 0x9E3779B97F4A7C15ull;
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 27;
     x *= 0x94D049BB133111EBull;
     x ^= x >> 31;
     return x;
+}
+
+/* One word's share: the word mixed, then mixed again with its position, so
+ * a changed word or two swapped words change the sum (mixing the word
+ * first keeps words that differ by multiples of the position step from
+ * trading places unseen). */
+GP_DIGEST_FN unsigned long long gp_digest_term(unsigned long long w, unsigned long long i)
+{
+    return gp_digest_mix(gp_digest_mix(w) + (i + 1) * 0x9E3779B97F4A7C15ull);
 }
 
 /* The bytes of a range's last word past its end count as zeros. */

@@ -457,32 +457,50 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
 }
 
 /* Digests are only meaningful while the application is held still, and
- * only of memory inside one live allocation (the kernel reads nothing else). */
+ * only of memory inside live allocations (the kernel reads nothing else);
+ * loading the kernel (count 0) needs a process the driver has not frozen
+ * (a call into a checkpointed process would block the control thread). */
 static int handle_digest(struct gp_client *c, const void *payload, uint32_t len, struct gpck_digest_rep *rep,
                          uint32_t *reply_len)
 {
     const struct gpck_digest_req *req = payload;
-    if (len != sizeof(*req))
+    if (len < sizeof(*req) || req->count > GPCK_MAX_DIGEST_RANGES ||
+        len != sizeof(*req) + req->count * sizeof(struct gpck_digest_range))
         return -EPROTO;
-    if (gate_holder != c || suspension != RUNNING)
+    if (req->count ? suspension != RUNNING || gate_holder != c : suspension == SUSPENDED)
         return -EPERM;
     struct gp_shim_info info;
     gp_shim_info(&info);
     if (req->device >= (uint32_t)info.device_count || req->device >= GPCK_MAX_DEVICES)
         return -ENODEV;
-    if (!req->length || req->block_size < GPCK_MIN_DIGEST_BLOCK || req->block_size % GPCK_MIN_DIGEST_BLOCK ||
-        (req->length - 1) / req->block_size >= GPCK_MAX_DIGESTS)
-        return -EINVAL;
-    if (!gp_pool_range_is_live((int)req->device, req->addr, req->length))
-        return -EFAULT;
-    uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
-    int err = gp_block_digest((int)req->device, req->addr, req->length, req->block_size, rep->digests, &cu);
+    if (!req->count) {
+        *reply_len = sizeof(*rep);
+        memset(rep, 0, sizeof(*rep));
+        return gp_block_digest_load((int)req->device, &cu);
+    }
+    if (req->block_size < GPCK_MIN_DIGEST_BLOCK || req->block_size % GPCK_MIN_DIGEST_BLOCK)
+        return -EINVAL;
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < req->count; i++) {
+        const struct gpck_digest_range *r = &req->ranges[i];
+        /* Aligned: the kernel reads 8-byte words, and a misaligned read
+         * would be a sticky error in the application's context. */
+        if (!r->length || r->addr % 8)
+            return -EINVAL;
+        if (!gp_pool_range_is_live((int)req->device, r->addr, r->length))
+            return -EFAULT;
+        blocks += (r->length - 1) / req->block_size + 1;
+        if (blocks > GPCK_MAX_DIGESTS)
+            return -EINVAL;
+    }
+    uint64_t t0 = gp_now_ns();
+    int err = gp_block_digest((int)req->device, req->ranges, req->count, req->block_size, rep->digests, &cu);
     if (err)
         return err;
-    rep->blocks = (req->length + req->block_size - 1) / req->block_size;
+    rep->blocks = blocks;
     rep->ns = gp_now_ns() - t0;
-    *reply_len = (uint32_t)(sizeof(*rep) + rep->blocks * sizeof(uint64_t));
+    *reply_len = (uint32_t)(sizeof(*rep) + blocks * sizeof(uint64_t));
     return 0;
 }
 

@@ -219,21 +219,30 @@ struct gpck_copy_rep {
     uint64_t ns;
 };
 
-/* Block digests (the shim's PTX kernel, interpose/block_digest.cu) of one
- * range inside one live allocation, while the sender holds the gate:
- * digests[i] covers [addr + i*block_size, min(addr + (i+1)*block_size,
- * addr + length)); 0 means all zeros. block_size: a multiple of 4096;
- * length / block_size rounded up <= GPCK_MAX_DIGESTS. -ENOSYS: the kernel
- * cannot run in this process (no module support). */
+/* Block digests (the shim's PTX kernel, interpose/block_digest.cu) of up
+ * to GPCK_MAX_DIGEST_RANGES ranges of one device, each 8-byte aligned and
+ * inside one live allocation, while the sender holds the gate: for each
+ * range in order, digests for [addr + i*block_size, min(addr + (i+1) *
+ * block_size, addr + length)); 0 means all zeros. block_size: a multiple of
+ * GPCK_MIN_DIGEST_BLOCK; at most GPCK_MAX_DIGESTS blocks in all. count 0
+ * only loads the kernel (the driver compiles the PTX the first time), so
+ * that this is not inside a pause; it needs no gate, only a process the
+ * driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
+ * not load or run the kernel. */
 #define GPCK_MAX_DIGESTS 16000u
+#define GPCK_MAX_DIGEST_RANGES 1024u
 #define GPCK_MIN_DIGEST_BLOCK 4096u
+
+struct gpck_digest_range {
+    uint64_t addr;
+    uint64_t length;
+};
 
 struct gpck_digest_req {
     uint32_t device;
-    uint32_t reserved;
-    uint64_t addr;
-    uint64_t length;
+    uint32_t count;            /* <= GPCK_MAX_DIGEST_RANGES */
     uint64_t block_size;
+    struct gpck_digest_range ranges[];
 };
 
 struct gpck_digest_rep {
@@ -241,6 +250,17 @@ struct gpck_digest_rep {
     uint64_t ns;
     uint64_t digests[];
 };
+
+/* A full digest reply fits in one message (with the header). */
+#ifdef __cplusplus
+static_assert(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <=
+                  GPCK_MAX_MESSAGE,
+              "GPCK_MAX_DIGESTS does not fit a message");
+#else
+_Static_assert(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <=
+                   GPCK_MAX_MESSAGE,
+               "GPCK_MAX_DIGESTS does not fit a message");
+#endif
 
 /* Suspend: the sender holds the gate and has saved the pool's data (at
  * image, or in the staging memory with GPCK_SUSPEND_HOLD_STAGING). The

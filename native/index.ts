@@ -115,6 +115,9 @@ interface NativeModule {
   /** What one process holds per GPU; null when NVML cannot say. */
   processGpuMemory(pid: number): { uuid: string; bytes: bigint }[] | null;
   protocolVersion: number;
+  /** GPCK_MAX_DIGESTS, GPCK_MAX_DIGEST_RANGES: what one digest request may ask. */
+  maxDigests: number;
+  maxDigestRanges: number;
 }
 
 /** Repository root, found from this file whether it runs from source or dist/. */

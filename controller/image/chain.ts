@@ -7,8 +7,9 @@
  * same pool geometry, and between them the chain holds every byte of the
  * newest image's allocations. A broken chain is IMAGE_CHAIN_BROKEN.
  */
+import { realpathSync } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../errors.js';
 import { MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_CHAIN_LENGTH } from './format.js';
 import { hex } from './manifest-check.js';
@@ -48,10 +49,7 @@ export async function openParents(newest: ImageReader): Promise<ImageReader[]> {
       parents.push(parent);
       if (!(await manifestSha256(parent.path)).equals(link.manifestSha256))
         throw broken(newest, `${child.path} was made against ${link.path}, which has been replaced since (its manifest differs)`);
-      const a = child.manifest.pool;
-      const b = parent.manifest.pool;
-      if (a.base !== b.base || a.sliceSize !== b.sliceSize || a.deviceCount !== b.deviceCount)
-        throw broken(newest, `${link.path} has another pool layout than ${child.path}`);
+      if (!samePool(child.manifest.pool, parent.manifest.pool)) throw broken(newest, `${link.path} has another pool layout than ${child.path}`);
       child = parent;
     }
     return parents;
@@ -61,8 +59,53 @@ export async function openParents(newest: ImageReader): Promise<ImageReader[]> {
   }
 }
 
+/**
+ * newest's parents, opened and checked, and which frames restore it (see
+ * planChain); the caller closes the parents. Nothing is left open on a
+ * refusal.
+ */
+export async function openChain(newest: ImageReader): Promise<{ parents: ImageReader[]; sources: ChainSource[] }> {
+  const parents = await openParents(newest);
+  try {
+    return { parents, sources: planChain([newest, ...parents]) };
+  } catch (e) {
+    await Promise.all(parents.map((p) => p.close()));
+    throw e;
+  }
+}
+
+/**
+ * Refuses an output path that is one of the images of a chain (through
+ * symbolic links too): writing there, with --force, would delete an image
+ * the new one needs.
+ */
+export function refuseReplacingChain(out: string, chain: ImageReader[]): void {
+  const target = realOrResolved(out);
+  for (const r of chain)
+    if (realOrResolved(r.path) === target) throw new GpuckptError('BAD_ARGUMENT', `${out} is ${r.path}, which the new image needs as its parent or one of its parents: choose another output`);
+}
+
+/** The real path of p, or of its parent directory joined with its name when p does not exist yet. */
+function realOrResolved(p: string): string {
+  const abs = resolve(p);
+  try {
+    return realpathSync(abs);
+  } catch {
+    try {
+      return join(realpathSync(dirname(abs)), basename(abs));
+    } catch {
+      return abs;
+    }
+  }
+}
+
 function broken(newest: ImageReader, why: string): GpuckptError {
   return new GpuckptError('IMAGE_CHAIN_BROKEN', `image ${newest.path} cannot be restored: ${why}`);
+}
+
+/** Same base, slice size and device count: addresses mean the same in both. */
+export function samePool(a: { base: bigint; sliceSize: bigint; deviceCount: number }, b: { base: bigint; sliceSize: bigint; deviceCount: number }): boolean {
+  return a.base === b.base && a.sliceSize === b.sliceSize && a.deviceCount === b.deviceCount;
 }
 
 /** One frame to decompress, and the parts of it that go into the pool. */
@@ -140,19 +183,33 @@ function overlapping<T extends { a: AllocationRecord }>(sorted: T[], frame: Fram
   return out;
 }
 
-/** Digests of a manifest by block address: what a child compares against. */
-export function digestsByBlock(m: Manifest): Map<string, { digest: bigint; length: number }> | undefined {
+/** A block's digest and length, as a parent recorded it. */
+export interface BlockDigest {
+  digest: bigint;
+  length: number;
+}
+
+/** Digests by `${device}:${block address}`: what a child is compared against. */
+export type DigestsByBlock = Map<string, BlockDigest>;
+
+/** The blocks of allocation a in blocks of size bytes, from its start (the last one shorter), with their digests in d. */
+function* blocksOf(a: AllocationRecord, size: number, d: Uint8Array): Generator<{ key: string; addr: bigint; length: number; digest: bigint }> {
+  const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
+  const step = BigInt(size);
+  const end = a.addr + a.size;
+  for (let k = 0; k * 8 < d.length; k++) {
+    const addr = a.addr + BigInt(k) * step;
+    const length = Number((addr + step < end ? addr + step : end) - addr);
+    yield { key: `${a.device}:${addr}`, addr, length, digest: view.getBigUint64(k * 8, true) };
+  }
+}
+
+/** A manifest's digests by block (undefined when it has none). */
+export function digestsByBlock(m: Manifest): DigestsByBlock | undefined {
   if (!m.blocks) return undefined;
-  const size = BigInt(m.blocks.size);
-  const out = new Map<string, { digest: bigint; length: number }>();
+  const out: DigestsByBlock = new Map();
   m.allocations.forEach((a, i) => {
-    const d = m.blocks!.digests[i]!;
-    const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
-    for (let k = 0; k * 8 < d.length; k++) {
-      const at = a.addr + BigInt(k) * size;
-      const end = at + size < a.addr + a.size ? at + size : a.addr + a.size;
-      out.set(`${a.device}:${at}`, { digest: view.getBigUint64(k * 8, true), length: Number(end - at) });
-    }
+    for (const b of blocksOf(a, m.blocks!.size, m.blocks!.digests[i]!)) out.set(b.key, { digest: b.digest, length: b.length });
   });
   return out;
 }
@@ -162,28 +219,18 @@ export function digestsByBlock(m: Manifest): Map<string, { digest: bigint; lengt
  * at the same address and of the same length, the parent does not have.
  * Consecutive changed blocks of one allocation make one range.
  */
-export function changedRanges(
-  allocs: AllocationRecord[],
-  digests: Uint8Array[],
-  blockSize: number,
-  parent: Map<string, { digest: bigint; length: number }>,
-): AllocationRecord[] {
+export function changedRanges(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, parent: DigestsByBlock): AllocationRecord[] {
   const out: AllocationRecord[] = [];
-  const size = BigInt(blockSize);
   allocs.forEach((a, i) => {
-    const d = digests[i]!;
-    const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
     let run: AllocationRecord | undefined;
-    for (let k = 0; k * 8 < d.length; k++) {
-      const at = a.addr + BigInt(k) * size;
-      const end = at + size < a.addr + a.size ? at + size : a.addr + a.size;
-      const had = parent.get(`${a.device}:${at}`);
-      if (had && had.length === Number(end - at) && had.digest === view.getBigUint64(k * 8, true)) {
+    for (const b of blocksOf(a, blockSize, digests[i]!)) {
+      const had = parent.get(b.key);
+      if (had && had.length === b.length && had.digest === b.digest) {
         run = undefined;
         continue;
       }
-      if (run) run.size = end - run.addr;
-      else out.push((run = { device: a.device, addr: at, size: end - at }));
+      if (run) run.size = b.addr + BigInt(b.length) - run.addr;
+      else out.push((run = { device: a.device, addr: b.addr, size: BigInt(b.length) }));
     }
   });
   return out;

@@ -23,6 +23,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
+  exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));
+  exports.Set("maxDigestRanges", Napi::Number::New(env, GPCK_MAX_DIGEST_RANGES));
   return exports;
 }
 

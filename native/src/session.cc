@@ -81,10 +81,24 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       }
       return true;
     }
-    case GPCK_BLOCK_DIGEST:
-      Append(out, gpck_digest_req{static_cast<uint32_t>(ToU64(args.Get("device"))), 0, ToU64(args.Get("addr")),
-                                  ToU64(args.Get("length")), ToU64(args.Get("blockSize"))});
+    case GPCK_BLOCK_DIGEST: {
+      Napi::Value rv = args.Get("ranges");
+      if (!rv.IsArray()) {
+        err = "ranges must be an array";
+        return false;
+      }
+      Napi::Array ranges = rv.As<Napi::Array>();
+      if (ranges.Length() > GPCK_MAX_DIGEST_RANGES) {
+        err = "too many ranges in one digest request";
+        return false;
+      }
+      Append(out, gpck_digest_req{static_cast<uint32_t>(ToU64(args.Get("device"))), ranges.Length(), ToU64(args.Get("blockSize"))});
+      for (uint32_t i = 0; i < ranges.Length(); i++) {
+        Napi::Object r = ranges.Get(i).As<Napi::Object>();
+        Append(out, gpck_digest_range{ToU64(r.Get("addr")), ToU64(r.Get("length"))});
+      }
       return true;
+    }
     default:
       err = "unknown request type " + std::to_string(type);
       return false;

@@ -233,6 +233,68 @@ static void test_copy_rules(void)
     close(fd);
 }
 
+/* Digests: the kernel runs only on what the shim has checked: held still,
+ * inside one live allocation, aligned, within the limits. */
+static void test_digest_rules(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_list_req lr = { 0, 16, 0 };
+    uint8_t lbuf[sizeof(struct gpck_list_rep) + 16 * sizeof(struct gpck_alloc_entry)];
+    send_msg(fd, GPCK_LIST_ALLOCS, 2, &lr, sizeof(lr));
+    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
+    struct gpck_list_rep *list = (void *)lbuf;
+    CHECK(list->count > 0);
+    if (list->count == 0) {
+        close(fd);
+        return;
+    }
+    struct gpck_alloc_entry e = list->entries[0];
+    uint8_t buf[sizeof(struct gpck_digest_req) + sizeof(struct gpck_digest_range)];
+    struct gpck_digest_req *dr = (void *)buf;
+    *dr = (struct gpck_digest_req){ .device = e.device, .count = 0, .block_size = 0 };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 3, dr, sizeof(*dr)); /* load only: allowed unheld */
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    dr->count = 1;
+    dr->block_size = 1 << 21;
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, e.size };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 4, buf, sizeof(buf));
+    CHECK(recv_status(fd, NULL, 0) == -EPERM); /* not quiesced */
+
+    struct gpck_quiesce_req q = { 5000, 0 };
+    send_msg(fd, GPCK_QUIESCE, 5, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    send_msg(fd, GPCK_BLOCK_DIGEST, 6, buf, sizeof(buf) - 1); /* length mismatch */
+    CHECK(recv_status(fd, NULL, 0) == -EPROTO);
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, e.size + 4096 };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 7, buf, sizeof(buf)); /* runs past the allocation */
+    CHECK(recv_status(fd, NULL, 0) == -EFAULT);
+    dr->ranges[0] = (struct gpck_digest_range){ 0x1000, 4096 };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 8, buf, sizeof(buf)); /* not pool memory */
+    CHECK(recv_status(fd, NULL, 0) == -EFAULT);
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr + 4, 64 };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 9, buf, sizeof(buf)); /* misaligned */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, e.size };
+    dr->block_size = 1000;
+    send_msg(fd, GPCK_BLOCK_DIGEST, 10, buf, sizeof(buf)); /* block not a multiple of 4096 */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    dr->block_size = GPCK_MIN_DIGEST_BLOCK;
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, (uint64_t)GPCK_MIN_DIGEST_BLOCK * (GPCK_MAX_DIGESTS + 1) };
+    send_msg(fd, GPCK_BLOCK_DIGEST, 11, buf, sizeof(buf)); /* more digests than a reply holds */
+    int st = recv_status(fd, NULL, 0);
+    CHECK(st == -EINVAL || st == -EFAULT);
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, e.size };
+    uint8_t rbuf[sizeof(struct gpck_digest_rep) + 64 * sizeof(uint64_t)];
+    send_msg(fd, GPCK_BLOCK_DIGEST, 12, buf, sizeof(buf));
+    CHECK(recv_status(fd, rbuf, sizeof(rbuf)) == 0);
+    CHECK(((struct gpck_digest_rep *)rbuf)->blocks == (e.size + GPCK_MIN_DIGEST_BLOCK - 1) / GPCK_MIN_DIGEST_BLOCK);
+
+    send_msg(fd, GPCK_RESUME, 13, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd);
+}
+
 /* Staging memory the host cannot give is refused, not attempted: pinning it
  * inside the application would get the application killed. */
 static void test_oversized_staging_refused(void)
@@ -514,6 +576,7 @@ int main(int argc, char **argv)
     RUN(test_reply_type_from_client);
     RUN(test_unknown_type_and_bad_payloads);
     RUN(test_copy_rules);
+    RUN(test_digest_rules);
     RUN(test_oversized_staging_refused);
     RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);

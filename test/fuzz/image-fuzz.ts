@@ -6,6 +6,9 @@
  *    a number out of range, a key removed, an array grown) and signed again
  *    with a correct SHA-256, so the validator itself is what is tested;
  *  - bytes of pool.zst flipped, cut or extended.
+ * Half the inputs start from an incremental image (frames for part of its
+ * allocations, the rest from a parent image beside it), so the chain's
+ * checks (openParents, planChain) are fuzzed too.
  * Every input must be either read and verified in full, or refused with a
  * GpuckptError; anything else (another exception, a crash, a manifest
  * accepted with frames outside its allocations or pool) is a finding.
@@ -14,6 +17,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError } from '../../controller/errors.js';
 import { decodeBySpec, encodeBySpec } from '../helpers/manifest-bytes.js';
+import { manifestSha256, openParents, planChain } from '../../controller/image/chain.js';
 import {
   compressFrame,
   DATA_FILE,
@@ -66,6 +70,11 @@ function baseImage(rand: () => number): { manifest: Manifest; data: Buffer } {
     }
   }
   const data = Buffer.concat(chunks);
+  // Digests of 4 KiB blocks (values do not matter to the reader, lengths do).
+  const blocks = {
+    size: 4096,
+    digests: allocations.map((a) => Buffer.from(Array.from({ length: Number((a.size + 4095n) / 4096n) * 8 }, () => Math.floor(rand() * 256)))),
+  };
   const manifest: Manifest = {
     format: 'gpuckpt-image',
     version: FORMAT_VERSION,
@@ -81,6 +90,28 @@ function baseImage(rand: () => number): { manifest: Manifest; data: Buffer } {
     allocations,
     outsidePool: { managed: 0n, streamOrdered: 0n, host: 0n, unrouted: 0n },
     data: { file: 'pool.zst', frames, rawBytes: BigInt(frames.reduce((s, f) => s + f.length, 0)), storedBytes: BigInt(data.length) },
+    blocks,
+  };
+  return { manifest, data };
+}
+
+/** A child of `parent` (at parentPath) holding every other frame of it: the rest comes from the parent. */
+function childImage(parent: { manifest: Manifest; data: Buffer }, parentPath: string, manifestSha256: Uint8Array): { manifest: Manifest; data: Buffer } {
+  const kept = parent.manifest.data.frames.filter((_, i) => i % 2 === 0);
+  const chunks: Buffer[] = [];
+  let offset = 0n;
+  const frames = kept.map((f) => {
+    const z = parent.data.subarray(Number(f.offset), Number(f.offset) + f.compressedLength);
+    chunks.push(z);
+    const moved = { ...f, offset };
+    offset += BigInt(z.length);
+    return moved;
+  });
+  const data = Buffer.concat(chunks);
+  const manifest: Manifest = {
+    ...parent.manifest,
+    data: { file: 'pool.zst', frames, rawBytes: BigInt(frames.reduce((s, f) => s + f.length, 0)), storedBytes: BigInt(data.length) },
+    parent: { path: parentPath, manifestSha256 },
   };
   return { manifest, data };
 }
@@ -113,7 +144,8 @@ const WILD_VALUES = (rand: () => number): unknown[] => [
 function mutateStructure(obj: any, rand: () => number): void {
   const paths: { parent: any; key: string | number }[] = [];
   const walk = (node: any, depth: number) => {
-    if (node === null || typeof node !== 'object' || depth > 6) return;
+    // Byte strings (digests, hashes) are leaves: replaced whole, never entered.
+    if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node) || depth > 6) return;
     for (const key of Array.isArray(node) ? node.keys() : Object.keys(node)) {
       paths.push({ parent: node, key });
       walk(node[key], depth + 1);
@@ -169,6 +201,12 @@ async function tryInput(dir: string, dataSize: number, result: FuzzResult): Prom
     reader = await ImageReader.open(dir);
     checkInvariants(reader.manifest, dataSize);
     await reader.verify();
+    const parents = await openParents(reader);
+    try {
+      planChain([reader, ...parents]);
+    } finally {
+      await Promise.all(parents.map((p) => p.close()));
+    }
     result.accepted++;
   } catch (e) {
     if (!(e instanceof GpuckptError)) throw new Error(`input ${result.inputs}: not a GpuckptError: ${(e as Error)?.stack ?? e}`);
@@ -180,13 +218,22 @@ async function tryInput(dir: string, dataSize: number, result: FuzzResult): Prom
 
 export async function fuzzImages(opts: { seed: number; count: number; dir: string }): Promise<FuzzResult> {
   const rand = rng(opts.seed);
-  const { manifest, data } = baseImage(rand);
-  const good = encodeManifest(manifest);
-  const decoded = decodeBySpec(good);
+  const full = baseImage(rand);
+  // The full image also stands, unchanged, as the incremental one's parent.
+  const parentDir = join(opts.dir, 'parent');
+  mkdirSync(parentDir, { recursive: true });
+  writeFileSync(join(parentDir, MANIFEST_FILE), encodeManifest(full.manifest));
+  writeFileSync(join(parentDir, DATA_FILE), full.data);
+  const child = childImage(full, parentDir, await manifestSha256(parentDir));
+  const starts = [full, child].map(({ manifest, data }) => {
+    const good = encodeManifest(manifest);
+    return { good, decoded: decodeBySpec(good), data };
+  });
   const dir = join(opts.dir, 'image');
   mkdirSync(dir, { recursive: true });
   const result: FuzzResult = { inputs: 0, accepted: 0, refused: {} };
   for (let i = 0; i < opts.count; i++) {
+    const { good, decoded, data } = starts[i % 2]!;
     const kind = rand();
     let manifestBytes = good;
     let dataBytes = data;
