@@ -4,13 +4,13 @@
  * the blocks that changed. Requests are batched (many allocations, one
  * round trip) because they run inside the application's pause.
  */
-import { native } from '../native/index.js';
+import { native, type StatusReply } from '../native/index.js';
 import type { AllocationRecord } from './image/index.js';
 import type { ShimSession } from './session.js';
 
-/** Loads the kernel on every device that has allocations, before the pause (the driver's first compile is not free). */
-export async function loadDigestKernels(session: ShimSession, allocations: AllocationRecord[]): Promise<boolean> {
-  for (const device of new Set(allocations.map((a) => a.device))) if (!(await session.loadDigestKernel(device))) return false;
+/** Loads the kernel on every device that has allocations (per status), before the pause (the driver's first compile is not free). */
+export async function loadDigestKernels(session: ShimSession, status: StatusReply): Promise<boolean> {
+  for (const [device, d] of status.devices.entries()) if (d.allocations > 0 && !(await session.loadDigestKernel(device))) return false;
   return true;
 }
 

@@ -44,6 +44,11 @@ export interface CheckpointOptions {
   prepareDuringCopy?: boolean;
   /** An image to store only the changes since (incremental image). */
   parent?: string;
+  /**
+   * Where the image ends up when it is written aside and renamed (a
+   * whole-process image): the path the parent chain must not be at.
+   */
+  finalImage?: string;
 }
 
 export interface CheckpointSummary {
@@ -109,7 +114,7 @@ export async function writePoolImage(
     if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     const [status, devices] = await Promise.all([session.status(), session.devices()]);
-    const parent = opts.parent ? await readParent(opts.parent, out, session) : undefined;
+    const parent = opts.parent ? await readParent(opts.parent, opts.finalImage ?? out, session) : undefined;
     writer = await ImageWriter.create(out, { force: opts.force });
     codecs = new CodecPool(opts.workers);
     const pool = codecs;
@@ -130,7 +135,7 @@ export async function writePoolImage(
 
     // The driver's first compile of the kernel stays out of the pause. (A
     // pool that is not active is refused by the quiesce, in its own words.)
-    const kernelLoaded = session.poolActive && (await loadDigestKernels(session, await session.listAllocations()));
+    const kernelLoaded = session.poolActive && (await loadDigestKernels(session, status));
     if (parent && session.poolActive && !kernelLoaded) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so no incremental image can be made`);
     clock.mark('setup');
     const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, parent?.digests);
@@ -221,7 +226,7 @@ async function readParent(path: string, out: string, session: ShimSession): Prom
     if (!digests) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} has no block digests (the driver could not run the digest kernel when it was made): it cannot be a parent`);
     if (!samePool(m.pool, { base: session.hello.poolBase, sliceSize: session.hello.sliceSize, deviceCount: session.hello.deviceCount }))
       throw new GpuckptError('LAYOUT_MISMATCH', `${reader.path} was made from a pool of another layout than process ${session.pid}'s: it cannot be a parent`);
-    return { record: { path: reader.path, manifestSha256: await manifestSha256(reader.path) }, digests };
+    return { record: { path: reader.path, manifestSha256: reader.manifestSha256 }, digests };
   } finally {
     await Promise.all([reader, ...parents].map((r) => r.close()));
   }
@@ -286,10 +291,11 @@ async function copyAndCompress(
     digestSeconds = (performance.now() - d0) / 1000;
     if (parent && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no incremental image can be made`);
     pieces = splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations);
-    staging = await stagingFor(packedBytes(pieces));
+    const needed = packedBytes(pieces);
+    staging = await stagingFor(needed);
     ring = new StagingRing(staging.size);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
-    ringMode = packedBytes(pieces) > staging.size;
+    ringMode = needed > staging.size;
     // When staging holds everything, compression waits until the
     // application runs again: the copy engines then have host memory
     // bandwidth to themselves and the pause is as short as the DMA.

@@ -16,7 +16,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import type { CheckpointOptions } from './checkpoint.js';
 import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob } from './criu.js';
 import { GpuckptError } from './errors.js';
-import { openChain, refuseReplacingChain } from './image/chain.js';
+import { openChain } from './image/chain.js';
 import { ImageReader, removeStaleTempDirs } from './image/index.js';
 import { tempDirName } from './image/temp-dirs.js';
 import { isAlive } from './processes.js';
@@ -41,18 +41,6 @@ export interface ProcessCheckpointSummary {
   seconds: number;
 }
 
-/** The image is written aside and renamed over target: target must not be the parent, nor one of its parents. */
-async function refuseReplacingParents(target: string, parent: string): Promise<void> {
-  const reader = await ImageReader.open(parent);
-  try {
-    const { parents } = await openChain(reader);
-    await Promise.all(parents.map((p) => p.close()));
-    refuseReplacingChain(target, [reader, ...parents]);
-  } finally {
-    await reader.close();
-  }
-}
-
 export async function checkpointProcess(
   pid: number,
   out: string,
@@ -66,11 +54,10 @@ export async function checkpointProcess(
     // --force replaces an image, never other data at a mistyped path.
     if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
   }
-  if (opts.parent) await refuseReplacingParents(target, opts.parent);
   await removeStaleTempDirs(dirname(target));
   const work = join(dirname(target), tempDirName(basename(target)));
   const shellJob = isShellJob(pid);
-  const suspended = await suspendProcess(pid, { ...opts, to: work, force: false, kind: 'process' });
+  const suspended = await suspendProcess(pid, { ...opts, to: work, force: false, kind: 'process', finalImage: target });
   const d0 = performance.now();
   try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });

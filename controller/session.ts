@@ -188,25 +188,22 @@ export class ShimSession {
    * kernel.
    */
   async blockDigests(device: number, ranges: { addr: bigint; length: bigint }[], blockSize: number): Promise<Buffer | undefined> {
-    try {
-      const r = await this.request<{ digests?: Buffer }>(MessageType.BLOCK_DIGEST, 'block digests', { device, ranges, blockSize: BigInt(blockSize) }, REQUEST_TIMEOUT_MS, {
-        ENOSYS: 'NO_DIGEST_KERNEL',
-      });
-      if (!r.digests) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent malformed block digests`);
-      return r.digests;
-    } catch (e) {
-      if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return undefined;
-      throw e;
-    }
+    const r = await this.digestRequest<{ digests?: Buffer }>('block digests', { device, ranges, blockSize: BigInt(blockSize) });
+    if (r && !r.digests) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent malformed block digests`);
+    return r?.digests;
   }
 
   /** Has the shim load its digest kernel on device now, outside any pause; false where the driver will not. */
   async loadDigestKernel(device: number): Promise<boolean> {
+    return (await this.digestRequest('load the digest kernel', { device, ranges: [], blockSize: 0n })) !== undefined;
+  }
+
+  /** A BLOCK_DIGEST request; undefined when the driver will not load or run the kernel. */
+  private async digestRequest<T extends object>(what: string, args: object): Promise<T | undefined> {
     try {
-      await this.request(MessageType.BLOCK_DIGEST, 'load the digest kernel', { device, ranges: [], blockSize: 0n }, REQUEST_TIMEOUT_MS, { ENOSYS: 'NO_DIGEST_KERNEL' });
-      return true;
+      return await this.request<T>(MessageType.BLOCK_DIGEST, what, args, REQUEST_TIMEOUT_MS, { ENOSYS: 'NO_DIGEST_KERNEL' });
     } catch (e) {
-      if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return false;
+      if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return undefined;
       throw e;
     }
   }

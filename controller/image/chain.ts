@@ -16,7 +16,10 @@ import { hex } from './manifest-check.js';
 import type { AllocationRecord, FrameRecord, Manifest } from './manifest.js';
 import { ImageReader } from './reader.js';
 
-/** The SHA-256 of an image's manifest payload, as its header records it. */
+/**
+ * The SHA-256 of an image's manifest payload, as its header on disk records
+ * it now (an open ImageReader has the one it read: manifestSha256).
+ */
 export async function manifestSha256(imagePath: string): Promise<Buffer> {
   const fh = await open(join(imagePath, MANIFEST_FILE), 'r');
   try {
@@ -47,7 +50,7 @@ export async function openParents(newest: ImageReader): Promise<ImageReader[]> {
         throw broken(newest, `${child.path} was made against ${link.path}, ${why}`);
       }
       parents.push(parent);
-      if (!(await manifestSha256(parent.path)).equals(link.manifestSha256))
+      if (!parent.manifestSha256.equals(link.manifestSha256))
         throw broken(newest, `${child.path} was made against ${link.path}, which has been replaced since (its manifest differs)`);
       if (!samePool(child.manifest.pool, parent.manifest.pool)) throw broken(newest, `${link.path} has another pool layout than ${child.path}`);
       child = parent;

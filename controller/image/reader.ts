@@ -55,6 +55,8 @@ export class ImageReader {
     /** Absolute path of the image directory. */
     readonly path: string,
     readonly manifest: Manifest,
+    /** The SHA-256 of the manifest payload just read (and checked against it). */
+    readonly manifestSha256: Buffer,
     data: FileHandle,
   ) {
     this.data = data;
@@ -62,9 +64,9 @@ export class ImageReader {
 
   static async open(imagePath: string): Promise<ImageReader> {
     const path = resolve(imagePath);
-    const manifest = await readManifest(path);
+    const { manifest, sha256 } = await readManifest(path);
     const data = await openData(path, manifest);
-    return new ImageReader(path, manifest, data);
+    return new ImageReader(path, manifest, sha256, data);
   }
 
   get frameCount(): number {
@@ -142,7 +144,7 @@ export class ImageReader {
   }
 }
 
-async function readManifest(path: string): Promise<Manifest> {
+async function readManifest(path: string): Promise<{ manifest: Manifest; sha256: Buffer }> {
   try {
     const st = await stat(path);
     if (!st.isDirectory()) throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${path} is not an image (not a directory)`);
@@ -181,7 +183,9 @@ async function readManifest(path: string): Promise<Manifest> {
       }
       throw new GpuckptError('IMAGE_CORRUPT', `image manifest ${manifestPath} is corrupt: ${st.size} bytes is too large for a manifest`);
     }
-    return decodeManifest(await readAll(fh, st.size, manifestPath), manifestPath);
+    const bytes = await readAll(fh, st.size, manifestPath);
+    // decodeManifest checked the header's SHA-256 against the payload.
+    return { manifest: decodeManifest(bytes, manifestPath), sha256: Buffer.from(bytes.subarray(16, MANIFEST_HEADER_LENGTH)) };
   } finally {
     await fh.close().catch(() => {});
   }
