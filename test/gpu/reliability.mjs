@@ -351,6 +351,11 @@ export async function runReliability(h) {
             fs.rmSync(whole, { recursive: true });
             wholes++;
           }
+          // Long soaks run detached for many minutes: show where they are.
+          if ((c + 1) % 25 === 0 && c + 1 < cycles) {
+            const f = footprint();
+            console.log(`# soak: ${c + 1}/${cycles} cycles, ${wholes} whole-process restores, GPU ${f.gpuMiB} MiB, ${f.fds} fds, resident ${f.rssMiB} MiB`);
+          }
         }
         const last = footprint();
         for (const k of ['gpuMiB', 'fds']) if (last[k] > first[k]) throw failure(`${k} grew from ${first[k]} to ${last[k]} over ${cycles} cycles`);

@@ -689,8 +689,17 @@ function launchViaFifo(prog, args = []) {
   const nextLine = async (what, ms = 60_000) => {
     const t0 = Date.now();
     for (;;) {
-      const all = fs.existsSync(out) ? fs.readFileSync(out, 'utf8').split('\n').filter(Boolean) : [];
-      if (all.length > lines) return JSON.parse(all[lines++]);
+      // Only whole lines: the program may be between the writes of one.
+      const text = fs.existsSync(out) ? fs.readFileSync(out, 'utf8') : '';
+      const all = text.slice(0, text.lastIndexOf('\n') + 1).split('\n').filter(Boolean);
+      if (all.length > lines) {
+        const line = all[lines++];
+        try {
+          return JSON.parse(line);
+        } catch {
+          throw failure(`${what}: the program printed a line that is not JSON: ${JSON.stringify(line.slice(0, 200))}`);
+        }
+      }
       if (Date.now() - t0 > ms) throw failure(`${what}: no answer in ${ms / 1000} s`, tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : ''));
       await sleep(50);
     }
