@@ -107,6 +107,7 @@ function buildProgram(): Command {
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
     .option('--force', 'replace an existing image at the output path')
     .option('--parent <image>', 'store only the blocks changed since this image (restore then needs it, and its own parents)')
+    .option('--live', 'copy while the application runs, again where it changed, and pause it only for the last changes (needs host memory for the whole pool)')
     .option('--json', 'print a JSON summary on stdout')
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
     .addHelpText(
@@ -114,15 +115,16 @@ function buildProgram(): Command {
       examples([
         'gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1000',
         'gpuckpt checkpoint 4242 --gpu-only -o /ckpt/step1100 --parent /ckpt/step1000',
+        'gpuckpt checkpoint 4242 --gpu-only --live -o /ckpt/step1200   # pauses for what changed during the copy',
         'gpuckpt checkpoint 4242 -o /ckpt/job   # the process stops',
         'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; parent?: string; level: string }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; parent?: string; live?: boolean; level: string }) => {
       const pid = parsePid(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
-      const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent };
+      const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
         const summary = await checkpointGpuOnly(pid, opts.output, common);

@@ -47,6 +47,13 @@ export function printCheckpoint(s: CheckpointSummary): void {
   if (s.parent) console.log(`  ${s.allocations} allocations (${formatBytes(s.poolBytes)}); changed since ${s.parent}: ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   else console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s; total ${s.seconds} s (${s.throughputGBps} GB/s)`);
+  if (s.live) console.log(`  ${liveLine(s.live)}`);
+}
+
+/** checkpoint --live: what was copied while the application ran, and in its pause. */
+export function liveLine(l: NonNullable<CheckpointSummary['live']>): string {
+  const rounds = l.rounds.map((r) => `${formatBytes(r.bytes)} in ${r.seconds} s`).join(', ');
+  return `live: ${l.rounds.length} round(s) while running (${rounds}); ${formatBytes(l.pauseBytes)} copied in the pause`;
 }
 
 export function printRollback(s: RollbackSummary): void {

@@ -13,6 +13,7 @@ import { GpuckptError } from './errors.js';
 import { Limiter } from './limiter.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
+import { LiveCopy, liveStagingBytes, type LivePlan, type LiveStats } from './live-copy.js';
 import { changedRanges, digestsByBlock, manifestSha256, openChain, refuseReplacingChain, samePool, type DigestsByBlock } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
@@ -49,6 +50,8 @@ export interface CheckpointOptions {
    * whole-process image): the path the parent chain must not be at.
    */
   finalImage?: string;
+  /** Pre-copy while the application runs; the pause copies only what changed since (live-copy.ts). */
+  live?: boolean;
 }
 
 export interface CheckpointSummary {
@@ -71,8 +74,10 @@ export interface CheckpointSummary {
   parent?: string;
   /** Time the digest kernel took inside the pause. */
   digestSeconds: number;
-  /** Where the time went: setup (parent, image, workers, staging), pause, drain (compression and writes after it), commit. */
+  /** Where the time went: setup (parent, image, workers, staging), precopy (--live), pause, drain (compression and writes after it), commit. */
   phases: Phases;
+  /** checkpoint --live: the rounds copied while the application ran, and what the pause copied. */
+  live?: LiveStats;
 }
 
 export const DEFAULT_LEASE_MS = 30_000;
@@ -130,15 +135,26 @@ export async function writePoolImage(
     // digests are in: staging is then sized to it and prepared during the
     // copy (measured on 16 GiB with 10 % changed: preparing staging for the
     // whole pool took more time than copying and writing the changes).
-    if (!parent) await mapStaging(most, !opts.prepareDuringCopy);
+    // A live checkpoint's staging holds the whole pool at fixed places,
+    // prepared while its first round copies.
+    if (!parent && !opts.live) await mapStaging(most, !opts.prepareDuringCopy);
+    if (opts.live) await mapStaging(liveStagingBytes(status, opts.stagingLimit, pid), false);
     const stagingFor = async (bytes: number) => staging ?? mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false);
 
     // The driver's first compile of the kernel stays out of the pause. (A
     // pool that is not active is refused by the quiesce, in its own words.)
     const kernelLoaded = session.poolActive && (await loadDigestKernels(session, status));
-    if (parent && session.poolActive && !kernelLoaded) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so no incremental image can be made`);
+    const needsKernel = parent ? 'no incremental image can be made' : opts.live ? 'checkpoint --live cannot tell what changed' : undefined;
+    if (needsKernel && session.poolActive && !kernelLoaded) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so ${needsKernel}`);
     clock.mark('setup');
-    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, parent?.digests);
+    const progress = new Progress(opts.progress);
+    let live: LiveCopy | undefined;
+    if (opts.live && session.poolActive) {
+      live = new LiveCopy(session, staging!, codecs, DIGEST_BLOCK, progress);
+      await live.precopy();
+      clock.mark('precopy');
+    }
+    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, progress, parent?.digests, live);
     clock.phases.pause = round(run.pauseSeconds, 4);
     clock.mark('drain');
     clock.phases.drain = round(clock.phases.drain! - run.pauseSeconds, 4);
@@ -178,6 +194,8 @@ export async function writePoolImage(
     clock.mark('commit');
     const total = (performance.now() - t0) / 1000;
     const raw = Number(run.rawBytes);
+    // What the DMA moved in the pause: with --live, only what changed after the pre-copy.
+    const pauseCopied = live ? live.stats.pauseBytes : raw;
     return {
       image: writer.path,
       pid,
@@ -189,7 +207,7 @@ export async function writePoolImage(
       seconds: round(total),
       pauseSeconds: round(run.pauseSeconds, 4),
       copySeconds: round(run.copySeconds, 4),
-      copyGBps: round(raw / 1e9 / Math.max(run.copySeconds, 1e-9), 2),
+      copyGBps: round(pauseCopied / 1e9 / Math.max(run.copySeconds, 1e-9), 2),
       throughputGBps: round(raw / 1e9 / total, 2),
       stagingBytes: run.staging.size,
       ringMode: run.ringMode,
@@ -197,6 +215,7 @@ export async function writePoolImage(
       ...(parent ? { parent: parent.record.path } : {}),
       digestSeconds: round(run.digestSeconds, 4),
       phases: clock.phases,
+      ...(live ? { live: live.stats } : {}),
     };
   } catch (e) {
     await writer?.abort().catch(() => undefined);
@@ -254,9 +273,10 @@ async function copyAndCompress(
   opts: CheckpointOptions,
   release: (staged: Staged) => Promise<unknown>,
   kernelLoaded: boolean,
+  progress: Progress,
   parent?: DigestsByBlock,
+  live?: LiveCopy,
 ): Promise<CopyRun> {
-  const progress = new Progress(opts.progress);
   const level = opts.level ?? 1;
   let ring!: StagingRing;
   let staging!: StagingMemory;
@@ -289,8 +309,40 @@ async function copyAndCompress(
     const d0 = performance.now();
     digests = kernelLoaded ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
     digestSeconds = (performance.now() - d0) / 1000;
-    if (parent && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no incremental image can be made`);
-    pieces = splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations);
+    if ((parent || live) && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no ${live ? 'live' : 'incremental'} image can be made`);
+    if (live) await copyChanged(live.finish(allocations, digests!, parent));
+    else await copyPacked(splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations));
+    // Everything is in staging: the application may run again (or, for a
+    // suspend, the GPU memory can go).
+    holding = false;
+    try {
+      // With a parent, staging holds only the changes: never the pool.
+      await release({ complete: !ringMode && !parent, groups });
+    } catch (e) {
+      firstFailure ??= e;
+      allowCompression();
+      await Promise.allSettled(compressions);
+      throw e;
+    }
+    pauseSeconds = (performance.now() - pauseStart) / 1000;
+    allowCompression();
+    await Promise.all(compressions);
+    if (firstFailure) throw firstFailure;
+  } finally {
+    if (holding) {
+      // Let the application go whatever happened; then wait for workers
+      // still reading staging before the caller tears it down.
+      await session.resume().catch(() => undefined);
+      firstFailure ??= new GpuckptError('INTERNAL', 'checkpoint abandoned');
+      allowCompression();
+      await Promise.allSettled(compressions);
+    }
+    progress.done();
+  }
+
+  /** Copies pieces packed into staging (reused as a ring when it cannot hold them all); each is compressed once copied. */
+  async function copyPacked(all: Piece[]): Promise<void> {
+    pieces = all;
     const needed = packedBytes(pieces);
     staging = await stagingFor(needed);
     ring = new StagingRing(staging.size);
@@ -323,32 +375,24 @@ async function copyAndCompress(
       }
       progress.update(`checkpoint: copied ${formatBytes(copied)} of ${formatBytes(totalBytes)}`);
     }
-    // Everything is in staging: the application may run again (or, for a
-    // suspend, the GPU memory can go).
-    holding = false;
-    try {
-      // With a parent, staging holds only the changes: never the pool.
-      await release({ complete: !ringMode && !parent, groups });
-    } catch (e) {
-      firstFailure ??= e;
-      allowCompression();
-      await Promise.allSettled(compressions);
-      throw e;
+  }
+
+  /** checkpoint --live: staging holds the pool already, but for what changed since its copy; that is copied now. */
+  async function copyChanged(plan: LivePlan): Promise<void> {
+    staging = live!.staging;
+    pieces = plan.frames.map((f) => f.piece);
+    for (const request of plan.copies) {
+      const c0 = performance.now();
+      await session.copyOut(request);
+      copySeconds += (performance.now() - c0) / 1000;
     }
-    pauseSeconds = (performance.now() - pauseStart) / 1000;
-    allowCompression();
-    await Promise.all(compressions);
-    if (firstFailure) throw firstFailure;
-  } finally {
-    if (holding) {
-      // Let the application go whatever happened; then wait for workers
-      // still reading staging before the caller tears it down.
-      await session.resume().catch(() => undefined);
-      firstFailure ??= new GpuckptError('INTERNAL', 'checkpoint abandoned');
-      allowCompression();
-      await Promise.allSettled(compressions);
-    }
-    progress.done();
+    groups.push(...plan.groups);
+    for (const { piece, offset } of plan.frames)
+      compressions.push(
+        compressAndWrite(piece, offset).catch((e) => {
+          firstFailure ??= e;
+        }),
+      );
   }
 
   async function compressAndWrite(piece: Piece, stagingOffset: number): Promise<void> {

@@ -12,7 +12,8 @@ export type CodecTask =
   | { id: number; op: 'map'; fd: number; size: number }
   | { id: number; op: 'compress'; offset: number; length: number; level: number }
   | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string }
-  | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string };
+  | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
+  | { id: number; op: 'digest'; offset: number; length: number; blockSize: number };
 
 export interface CodecReply {
   id: number;
@@ -68,6 +69,12 @@ export class CodecPool {
     faultPoint('compress');
     const r = await this.send(this.leastBusy(), { op: 'compress', offset, length, level }, []);
     return new Uint8Array(r.data!);
+  }
+
+  /** Digests of the blocks of staging [offset, offset+length), as the shim's kernel computes them (8 bytes LE each). */
+  async digest(offset: number, length: number, blockSize: number): Promise<Buffer> {
+    const r = await this.send(this.leastBusy(), { op: 'digest', offset, length, blockSize }, []);
+    return Buffer.from(r.data!);
   }
 
   async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string): Promise<void> {

@@ -1,6 +1,6 @@
 /**
- * Worker thread of the codec pool: compresses and decompresses frames
- * straight from and into the staging memory it maps itself (the memfd is
+ * Worker thread of the codec pool: compresses and decompresses frames, and
+ * digests blocks, straight from and into the staging memory it maps itself (the memfd is
  * shared by every thread of the controller and by the shim), so raw pool
  * data never crosses a thread boundary by copy.
  */
@@ -35,6 +35,13 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       const raw = decompressFrame(new Uint8Array(task.compressed), task.length, task.what);
       stagingView(task.offset, task.length).set(raw);
       return { reply: { id: task.id }, transfer: [] };
+    }
+    case 'digest': {
+      // A Buffer of its own (not a pooled slab), so it can be transferred.
+      const digests = native().hostBlockDigests(stagingView(task.offset, task.length), task.blockSize);
+      const copy = new Uint8Array(digests.length);
+      copy.set(digests);
+      return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
     }
     case 'verify':
       decompressFrame(new Uint8Array(task.compressed), task.length, task.what);

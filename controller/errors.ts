@@ -34,6 +34,8 @@ export type ErrorCode =
   | 'TARGET_NO_MEMORY'
   | 'GPU_OUT_OF_MEMORY'
   | 'NO_SUCH_GPU'
+  // checkpoint --live
+  | 'HOST_MEMORY'
   // whole-process images
   | 'NO_CRIU'
   | 'CRIU_FAILED'

@@ -182,7 +182,7 @@ export class ShimSession {
 
   /**
    * Digests of ranges of one device by the shim's kernel while the
-   * application is held (8 bytes LE per block, the ranges' blocks one
+   * application is held, or in this session's live window (8 bytes LE per block, the ranges' blocks one
    * after the other; 0: all zeros), within native().maxDigests blocks and
    * maxDigestRanges ranges; undefined where the driver will not run the
    * kernel.
@@ -210,6 +210,16 @@ export class ShimSession {
 
   copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {
     return this.request(MessageType.COPY_OUT, 'copy out', { ranges });
+  }
+
+  /**
+   * Opens (or closes) this session's live window: copies out and digests
+   * then run while the application does, and the shim keeps freed pool
+   * memory mapped until the window closes (see the protocol header).
+   * Closing the session closes it too.
+   */
+  liveWindow(open: boolean): Promise<void> {
+    return this.request(MessageType.LIVE_WINDOW, open ? 'open a live window' : 'close the live window', { open });
   }
 
   /** completes: with these ranges the image's data is all in the pool. */

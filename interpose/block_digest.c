@@ -16,6 +16,11 @@
  * control thread only. */
 static CUfunction kernels[GPCK_MAX_DEVICES];
 static bool refused[GPCK_MAX_DEVICES];
+/* Where the kernel writes its digests: GPCK_MAX_DIGESTS of them, allocated
+ * once per device, outside the pool on purpose (it must not show up in
+ * the application's allocations or in the image). Allocating and freeing
+ * per request would synchronise with the running application. */
+static CUdeviceptr scratch[GPCK_MAX_DEVICES];
 
 #define THREADS 512u
 
@@ -48,8 +53,8 @@ int gp_block_digest_load(int device, CUresult *cu_err)
     return 0;
 }
 
-int gp_block_digest(int device, const struct gpck_digest_range *ranges, uint32_t count, uint64_t block_size,
-                    uint64_t *digests, CUresult *cu_err)
+int gp_block_digest(int device, CUstream stream, const struct gpck_digest_range *ranges, uint32_t count,
+                    uint64_t block_size, uint64_t *digests, CUresult *cu_err)
 {
     if (!block_size || block_size % 8)
         return -EINVAL;
@@ -62,27 +67,33 @@ int gp_block_digest(int device, const struct gpck_digest_range *ranges, uint32_t
     uint64_t blocks = 0;
     for (uint32_t i = 0; i < count; i++)
         blocks += (ranges[i].length + block_size - 1) / block_size;
-    CUdeviceptr out = 0;
-    /* Outside the pool on purpose: a few KiB that must not show up in
-     * the application's allocations or in the image. */
-    CUresult r = GP_REAL(cuMemAlloc_v2)(&out, blocks * sizeof(uint64_t));
-    if (r != CUDA_SUCCESS) {
-        *cu_err = r;
-        return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+    if (blocks > GPCK_MAX_DIGESTS)
+        return -EINVAL;
+    CUresult r = CUDA_SUCCESS;
+    if (!scratch[device]) {
+        r = GP_REAL(cuMemAlloc_v2)(&scratch[device], GPCK_MAX_DIGESTS * sizeof(uint64_t));
+        if (r != CUDA_SUCCESS) {
+            scratch[device] = 0;
+            *cu_err = r;
+            return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+        }
     }
-    /* One launch per range on the legacy stream, in order; one copy back. */
+    /* One launch per range on the shim's own non-blocking stream (a live
+     * checkpoint's digests must not wait for the running application's
+     * work, nor hold it up), in order; one copy back. */
     unsigned long long block_words = block_size / 8;
-    CUdeviceptr at = out;
+    CUdeviceptr at = scratch[device];
     for (uint32_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
         unsigned long long range_addr = ranges[i].addr, nbytes = ranges[i].length, dst = at;
         void *params[] = { &range_addr, &nbytes, &block_words, &dst };
         unsigned grid = (unsigned)((nbytes + block_size - 1) / block_size);
-        r = GP_REAL(cuLaunchKernel)(kernels[device], grid, 1, 1, THREADS, 1, 1, 0, NULL, params, NULL);
+        r = GP_REAL(cuLaunchKernel)(kernels[device], grid, 1, 1, THREADS, 1, 1, 0, stream, params, NULL);
         at += grid * sizeof(uint64_t);
     }
     if (r == CUDA_SUCCESS)
-        r = GP_REAL(cuMemcpyDtoH_v2)(digests, out, blocks * sizeof(uint64_t));
-    GP_REAL(cuMemFree_v2)(out);
+        r = GP_REAL(cuMemcpyDtoHAsync_v2)(digests, scratch[device], blocks * sizeof(uint64_t), stream);
+    if (r == CUDA_SUCCESS)
+        r = GP_REAL(cuStreamSynchronize)(stream);
     if (r != CUDA_SUCCESS) {
         *cu_err = r;
         GP_ERROR("digest", "device %d: digests of %u ranges failed (CUresult %d)", device, count, (int)r);

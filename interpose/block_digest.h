@@ -14,10 +14,11 @@
 int gp_block_digest_load(int device, CUresult *cu_err);
 
 /* digests for count ranges of device (checked by the caller: aligned,
- * inside live allocations, the application held still), in order, each
- * range cut in blocks of block_size. 0, -ENOSYS, -ENOMEM, or -EIO with
- * *cu_err. */
-int gp_block_digest(int device, const struct gpck_digest_range *ranges, uint32_t count, uint64_t block_size,
-                    uint64_t *digests, CUresult *cu_err);
+ * inside live allocations, or mapped pool memory in a live window), in
+ * order, each range cut in blocks of block_size, at most GPCK_MAX_DIGESTS
+ * blocks; run on stream and waited for. 0, -EINVAL, -ENOSYS, -ENOMEM, or
+ * -EIO with *cu_err. */
+int gp_block_digest(int device, CUstream stream, const struct gpck_digest_range *ranges, uint32_t count,
+                    uint64_t block_size, uint64_t *digests, CUresult *cu_err);
 
 #endif

@@ -17,6 +17,9 @@
 
 static struct gp_client *gate_holder;
 static CUstream copy_streams[GPCK_MAX_DEVICES];
+/* Clients with a live window open (GPCK_LIVE_WINDOW): while any is, the
+ * pool keeps its chunks mapped and cannot be suspended. */
+static int live_windows;
 
 /* Suspension outlives the controller that started it: the application stays
  * held, its pool released, until a controller remaps the pool, copies the
@@ -228,6 +231,10 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
         return err;
     if (gate_holder != c || suspension != RUNNING)
         return -EPERM;
+    /* A live copy may be reading the pool from the control thread's
+     * streams between requests: its memory stays until it is done. */
+    if (live_windows)
+        return -EBUSY;
     bool hold = req->flags & GPCK_SUSPEND_HOLD_STAGING;
     if (hold && !c->staging.base)
         return -ENOENT;
@@ -369,9 +376,25 @@ static int copy_stream(int device, CUstream *out)
     return 0;
 }
 
+/* What a copy out or a digest of c may read. With the gate held by c:
+ * live allocations only. In c's live window, with the application running:
+ * any mapped pool memory, because an allocation may be freed while it is
+ * read; the window keeps it mapped (gp_pool_keep_mapped). */
+static bool may_read(const struct gp_client *c, int device, uint64_t addr, uint64_t len)
+{
+    return gate_holder == c ? gp_pool_range_is_live(device, addr, len) : gp_pool_range_is_mapped(device, addr, len);
+}
+
+/* Reads outside a pause: only in c's live window of a running pool. */
+static bool reads_unheld(const struct gp_client *c)
+{
+    return gate_holder != c && c->live && suspension == RUNNING;
+}
+
 /* Every range is checked before any byte moves: it must lie inside one live
- * allocation of the pool and inside the staging memory, so nothing a
- * controller (or an image) says can make the shim touch other memory. */
+ * allocation of the pool (mapped pool memory, in a live window) and inside
+ * the staging memory, so nothing a controller (or an image) says can make
+ * the shim touch other memory. */
 static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *req)
 {
     struct gp_shim_info info;
@@ -380,7 +403,7 @@ static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *r
         const struct gpck_copy_range *r = &req->ranges[i];
         if (r->device >= (uint32_t)info.device_count || r->device >= GPCK_MAX_DEVICES)
             return -ENODEV;
-        if (!gp_pool_range_is_live((int)r->device, r->addr, r->length))
+        if (!may_read(c, (int)r->device, r->addr, r->length))
             return -EFAULT;
         if (r->staging_offset > c->staging.size || r->length > c->staging.size - r->staging_offset)
             return -ERANGE;
@@ -395,8 +418,9 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     if (len < sizeof(*req) || req->count > GPCK_MAX_COPY_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_copy_range))
         return -EPROTO;
-    /* Copies are only consistent while the application is held still. */
-    if (gate_holder != c)
+    /* Copies are only consistent while the application is held still; a
+     * live window's copies out are not, and its controller knows it. */
+    if (gate_holder != c && !(to_host && reads_unheld(c)))
         return -EPERM;
     if (req->flags & ~GPCK_COPY_COMPLETES)
         return -EINVAL;
@@ -467,7 +491,7 @@ static int handle_digest(struct gp_client *c, const void *payload, uint32_t len,
     if (len < sizeof(*req) || req->count > GPCK_MAX_DIGEST_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_digest_range))
         return -EPROTO;
-    if (req->count ? suspension != RUNNING || gate_holder != c : suspension == SUSPENDED)
+    if (req->count ? suspension != RUNNING || (gate_holder != c && !reads_unheld(c)) : suspension == SUSPENDED)
         return -EPERM;
     struct gp_shim_info info;
     gp_shim_info(&info);
@@ -488,19 +512,51 @@ static int handle_digest(struct gp_client *c, const void *payload, uint32_t len,
          * would be a sticky error in the application's context. */
         if (!r->length || r->addr % 8)
             return -EINVAL;
-        if (!gp_pool_range_is_live((int)req->device, r->addr, r->length))
+        if (!may_read(c, (int)req->device, r->addr, r->length))
             return -EFAULT;
         blocks += (r->length - 1) / req->block_size + 1;
         if (blocks > GPCK_MAX_DIGESTS)
             return -EINVAL;
     }
+    CUstream stream;
+    int err = copy_stream((int)req->device, &stream);
+    if (err)
+        return err;
     uint64_t t0 = gp_now_ns();
-    int err = gp_block_digest((int)req->device, req->ranges, req->count, req->block_size, rep->digests, &cu);
+    err = gp_block_digest((int)req->device, stream, req->ranges, req->count, req->block_size, rep->digests, &cu);
     if (err)
         return err;
     rep->blocks = blocks;
     rep->ns = gp_now_ns() - t0;
     *reply_len = (uint32_t)(sizeof(*rep) + blocks * sizeof(uint64_t));
+    return 0;
+}
+
+static void close_live_window(struct gp_client *c)
+{
+    if (!c->live)
+        return;
+    c->live = false;
+    live_windows--;
+    gp_pool_keep_mapped(false);
+}
+
+static int handle_live_window(struct gp_client *c, const void *payload, uint32_t len)
+{
+    const struct gpck_live_req *req = payload;
+    if (len != sizeof(*req) || req->open > 1 || req->reserved)
+        return -EPROTO;
+    if (!req->open) {
+        close_live_window(c);
+        return 0;
+    }
+    if (suspension != RUNNING || !gp_pool_active())
+        return -EPERM;
+    if (!c->live) {
+        gp_pool_keep_mapped(true);
+        c->live = true;
+        live_windows++;
+    }
     return 0;
 }
 
@@ -548,6 +604,8 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
         return handle_drop_held(payload, len);
     case GPCK_BLOCK_DIGEST:
         return handle_digest(c, payload, len, reply, reply_len);
+    case GPCK_LIVE_WINDOW:
+        return handle_live_window(c, payload, len);
     default:
         return -EOPNOTSUPP;
     }
@@ -590,5 +648,6 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
 void gp_client_release(struct gp_client *c)
 {
     gp_client_drop_gate(c, "controller left");
+    close_live_window(c);
     gp_staging_destroy(&c->staging);
 }

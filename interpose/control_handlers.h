@@ -13,6 +13,7 @@ struct gp_client {
     int fd;
     bool holds_gate;          /* this client quiesced the application */
     bool rollback;            /* ... to write an image back (GPCK_QUIESCE_ROLLBACK) */
+    bool live;                /* its live window is open (GPCK_LIVE_WINDOW) */
     uint32_t lease_ms;        /* reopen the gate after this much silence */
     uint64_t last_message_ns;
     struct gp_staging staging;

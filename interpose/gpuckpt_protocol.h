@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 5u
+#define GPCK_PROTOCOL_VERSION 6u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -42,6 +42,7 @@ enum gpck_type {
     GPCK_REMAP_POOL = 12,  /* (none) -> gpck_pool_rep: map it again, take the gate */
     GPCK_DROP_HELD = 13,   /* gpck_suspend_req -> (none): the held data is saved elsewhere */
     GPCK_BLOCK_DIGEST = 14,/* gpck_digest_req -> gpck_digest_rep: a digest per block of a range */
+    GPCK_LIVE_WINDOW = 15, /* gpck_live_req -> (none): copy and digest while the application runs */
 };
 
 struct gpck_header {
@@ -261,6 +262,21 @@ _Static_assert(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPC
                    GPCK_MAX_MESSAGE,
                "GPCK_MAX_DIGESTS does not fit a message");
 #endif
+
+/* Live window (checkpoint --live): while the sender's window is open,
+ * COPY_OUT and BLOCK_DIGEST need no gate. Their ranges then need only lie
+ * in mapped pool memory, because the application may free what is being read.
+ * So the pool keeps every chunk mapped until the last window closes: a
+ * freed chunk is unmapped at that point. The copies and digests are then
+ * not consistent: the controller compares digests to find the blocks that
+ * changed and copies those again. The final copy is made while it holds the
+ * gate. Open needs a running pool (-EPERM otherwise). While any window is
+ * open, SUSPEND_POOL is refused with -EBUSY. Closing the socket closes the
+ * window. */
+struct gpck_live_req {
+    uint32_t open;             /* 1: open, 0: close */
+    uint32_t reserved;
+};
 
 /* Suspend: the sender holds the gate and has saved the pool's data (at
  * image, or in the staging memory with GPCK_SUSPEND_HOLD_STAGING). The

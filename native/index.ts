@@ -24,6 +24,7 @@ export const MessageType = {
   REMAP_POOL: 12,
   DROP_HELD: 13,
   BLOCK_DIGEST: 14,
+  LIVE_WINDOW: 15,
 } as const;
 
 /** enum gpck_pool_state */
@@ -118,6 +119,8 @@ interface NativeModule {
   /** GPCK_MAX_DIGESTS, GPCK_MAX_DIGEST_RANGES: what one digest request may ask. */
   maxDigests: number;
   maxDigestRanges: number;
+  /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
+  hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
 }
 
 /** Repository root, found from this file whether it runs from source or dist/. */

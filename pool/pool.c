@@ -34,6 +34,8 @@ static struct {
     struct gp_pool_config cfg;
     struct gp_vmm_ops ops;
     struct slice slices[GP_POOL_MAX_DEVICES];
+    /* > 0: chunks emptied by frees stay mapped (see gp_pool_keep_mapped). */
+    int keep_mapped;
 } pool;
 
 static int cu_fail(CUresult r, CUresult *cu_err, int err)
@@ -221,6 +223,8 @@ static uint64_t slice_in_use(const struct slice *s)
 static void trim_chunks(struct slice *s, uint64_t addr, uint64_t size)
 {
     uint64_t off = addr - s->base, end = off + size, cs = pool.cfg.chunk_size;
+    if (pool.keep_mapped)
+        return;
     uint64_t in_use = slice_in_use(s);
     for (size_t i = off / cs; i * cs < end; i++) {
         if (!s->chunks[i].mapped || s->chunks[i].used)
@@ -358,6 +362,46 @@ bool gp_pool_range_is_live(int device, uint64_t addr, uint64_t len)
     if (!len || addr + len < addr || gp_pool_find(addr, &e, &d) || d != device)
         return false;
     return addr + len <= e.addr + e.size;
+}
+
+bool gp_pool_range_is_mapped(int device, uint64_t addr, uint64_t len)
+{
+    if (!gp_pool_active() || device < 0 || device >= pool.cfg.device_count)
+        return false;
+    struct slice *s = &pool.slices[device];
+    if (!len || addr < s->base || addr + len < addr || addr + len > s->base + pool.cfg.slice_size)
+        return false;
+    uint64_t cs = pool.cfg.chunk_size, off = addr - s->base;
+    bool mapped = true;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = off / cs; i <= (off + len - 1) / cs && mapped; i++)
+        mapped = s->chunks[i].mapped;
+    pthread_mutex_unlock(&s->lock);
+    return mapped;
+}
+
+void gp_pool_keep_mapped(bool keep)
+{
+    if (!gp_pool_active())
+        return;
+    /* Every slice lock is taken, so no free is between its check of the
+     * count and its unmaps. */
+    for (int d = 0; d < pool.cfg.device_count; d++)
+        pthread_mutex_lock(&pool.slices[d].lock);
+    pool.keep_mapped += keep ? 1 : -1;
+    bool trim = pool.keep_mapped == 0;
+    for (int d = 0; d < pool.cfg.device_count; d++)
+        pthread_mutex_unlock(&pool.slices[d].lock);
+    if (!trim)
+        return;
+    /* The frees made meanwhile: their empty chunks go now. */
+    for (int d = 0; d < pool.cfg.device_count; d++) {
+        struct slice *s = &pool.slices[d];
+        pthread_mutex_lock(&s->lock);
+        if (!pool.keep_mapped)
+            trim_chunks(s, s->base, pool.cfg.slice_size);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 void gp_pool_usage(int device, struct gp_pool_device_usage *out)

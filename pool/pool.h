@@ -77,6 +77,14 @@ int gp_pool_list(uint64_t start, struct gp_pool_entry *out, uint32_t max, uint32
                  uint64_t *next_addr, bool *more);
 /* True when [addr, addr+len) lies inside one live allocation of device. */
 bool gp_pool_range_is_live(int device, uint64_t addr, uint64_t len);
+/* True when every chunk under [addr, addr+len) of device's slice is mapped
+ * (reading it cannot fault, whether or not an allocation holds it). */
+bool gp_pool_range_is_mapped(int device, uint64_t addr, uint64_t len);
+/* keep true: from now until the matching false, frees leave their empty
+ * chunks mapped, so memory being read outside a pause (a live copy) is
+ * never unmapped under the reader; the last false unmaps what frees
+ * emptied meanwhile. Calls nest. gp_pool_release_all is not held back. */
+void gp_pool_keep_mapped(bool keep);
 void gp_pool_usage(int device, struct gp_pool_device_usage *out);
 /* Unmaps and releases every chunk (allocations and the reservation stay):
  * the GPU memory goes back to the driver. 0, or -EIO when the driver

@@ -55,8 +55,9 @@ describe('checkpoint: each step failing', () => {
     await runsWith(app, R);
   });
 
+  // The first cuMemcpyDtoHAsync of the pause brings the digests back; the third is the copy's second DMA.
   it('copy-out (the second DMA fails): the application runs on, no image', async () => {
-    const { app, R } = await start({ fn: 'cuMemcpyDtoHAsync_v2', nth: 2 });
+    const { app, R } = await start({ fn: 'cuMemcpyDtoHAsync_v2', nth: 3 });
     const out = box.path('copy-out');
     failsInOneLine(gpuOnly(app.pid, out), /copy out failed: the CUDA driver reported an error/);
     expect(existsSync(out)).toBe(false);

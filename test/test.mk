@@ -1,7 +1,8 @@
 # Test builds (included by the top Makefile). Everything lands in build/test/.
 T := $(B)/test
 FAKE_SRC := $(wildcard test/fake-cuda/*.c)
-FAKE_HDR := $(wildcard test/fake-cuda/*.h)
+# The fake computes the digest kernel's function from the shim's header.
+FAKE_HDR := $(wildcard test/fake-cuda/*.h) interpose/block_digest_fn.h
 TEST_CFLAGS := $(CFLAGS) $(BASE_CFLAGS)
 
 $(T)/fake/libcuda.so.1: $(FAKE_SRC) $(FAKE_HDR)

@@ -7,6 +7,7 @@
 #include "driver_probe.h"
 #include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
+#include "host_digest.h"
 #include "session.h"
 #include "shared_memory.h"
 
@@ -22,6 +23,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("listGpus", Napi::Function::New(env, ListGpus, "listGpus"));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
+  exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));
   exports.Set("maxDigestRanges", Napi::Number::New(env, GPCK_MAX_DIGEST_RANGES));

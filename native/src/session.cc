@@ -48,6 +48,9 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return true;
     case GPCK_REMAP_POOL:
       return true;
+    case GPCK_LIVE_WINDOW:
+      Append(out, gpck_live_req{args.Get("open").ToBoolean().Value() ? 1u : 0u, 0});
+      return true;
     case GPCK_SUSPEND_POOL:
     case GPCK_DROP_HELD: {
       gpck_suspend_req req{};

@@ -16,6 +16,9 @@
  *   stop         stop them; reports iterations and errors
  *   managed      allocate 1 MiB of managed memory (outside the pool)
  *   alloc N      allocate N more bytes in the pool and keep them
+ *   rewrite      a thread rewrites the 40 MiB buffer whole, again and again
+ *                (each time one launch: a pause finds it whole)
+ *   rewritten    stop it; which rewrite the buffer holds, and whether whole
  * Environment: APP_DEVICES=n buffers on n devices (default 1).
  */
 #define _GNU_SOURCE
@@ -279,6 +282,68 @@ static void cmd_stop(void)
     fflush(stdout);
 }
 
+/* ---- rewriter: one buffer rewritten whole, again and again, while a live
+ * checkpoint copies it: whatever the image holds of it must be one rewrite,
+ * whole, never a torn mix of two. ---- */
+
+#define REWRITTEN 2 /* the 40 MiB buffer */
+static atomic_int stop_rewriter;
+static atomic_long rewrites;
+static pthread_t rewriter_thread;
+static int rewriting;
+
+static uint64_t rewrite_seed(long k)
+{
+    return 0xA5A5A5A5A5ull + (uint64_t)k;
+}
+
+static void *rewriter(void *arg)
+{
+    (void)arg;
+    CHECK(cu.set_current(ctxs[0]), "cuCtxSetCurrent (rewriter)");
+    for (long k = 1; !atomic_load(&stop_rewriter); k++) {
+        launch_fill(bufs[REWRITTEN].ptr, bufs[REWRITTEN].size, rewrite_seed(k));
+        atomic_store(&rewrites, k);
+    }
+    return NULL;
+}
+
+/* Which rewrite (1..last) the buffer holds, 0 if none, and whether it holds
+ * all of it. */
+static void cmd_rewritten(void)
+{
+    if (rewriting) {
+        atomic_store(&stop_rewriter, 1);
+        pthread_join(rewriter_thread, NULL);
+        rewriting = 0;
+    }
+    use_device(bufs[REWRITTEN].device);
+    size_t words = bufs[REWRITTEN].size / 8;
+    uint64_t *host = malloc(words * 8);
+    CHECK(cu.dtoh(host, bufs[REWRITTEN].ptr, words * 8), "cuMemcpyDtoH (rewritten)");
+    long last = atomic_load(&rewrites), holds = 0;
+    int whole = 0;
+    for (long k = last; k >= 1 && !holds; k--) {
+        uint64_t x = rewrite_seed(k) * 2 + 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if (host[0] != x)
+            continue;
+        holds = k;
+        whole = 1;
+        for (size_t i = 1; i < words && whole; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            whole = host[i] == x;
+        }
+    }
+    free(host);
+    printf("{\"event\":\"rewritten\",\"count\":%ld,\"holds\":%ld,\"whole\":%s}\n", last, holds, whole ? "true" : "false");
+    fflush(stdout);
+}
+
 int main(void)
 {
     load_api();
@@ -339,6 +404,13 @@ int main(void)
             CHECK(cu.alloc(&extra, (size_t)n), "cuMemAlloc (extra)");
             printf("{\"event\":\"allocated\",\"addr\":\"0x%llx\"}\n", (unsigned long long)extra);
             fflush(stdout);
+        } else if (!strncmp(line, "rewritten", 9)) {
+            cmd_rewritten();
+        } else if (!strncmp(line, "rewrite", 7)) {
+            atomic_store(&stop_rewriter, 0);
+            rewriting = !pthread_create(&rewriter_thread, NULL, rewriter, NULL);
+            printf("{\"event\":\"rewriting\",\"started\":%s}\n", rewriting ? "true" : "false");
+            fflush(stdout);
         } else if (!strncmp(line, "managed", 7)) {
             use_device(0);
             CUdeviceptr m;
@@ -354,6 +426,10 @@ int main(void)
     }
     if (nworkers)
         cmd_stop();
+    if (rewriting) {
+        atomic_store(&stop_rewriter, 1);
+        pthread_join(rewriter_thread, NULL);
+    }
     printf("{\"event\":\"bye\"}\n");
     fflush(stdout);
     return 0;

@@ -295,6 +295,79 @@ static void test_digest_rules(void)
     close(fd);
 }
 
+/* A live window lets this client copy out and digest without the gate, but
+ * only mapped pool memory; nobody may suspend the pool while it is open; it
+ * closes with the request or with the connection. */
+static void test_live_window_rules(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_list_req lr = { 0, 16, 0 };
+    uint8_t lbuf[sizeof(struct gpck_list_rep) + 16 * sizeof(struct gpck_alloc_entry)];
+    send_msg(fd, GPCK_LIST_ALLOCS, 2, &lr, sizeof(lr));
+    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
+    struct gpck_list_rep *list = (void *)lbuf;
+    CHECK(list->count > 0);
+    if (list->count == 0) {
+        close(fd);
+        return;
+    }
+    struct gpck_alloc_entry e = list->entries[0];
+    struct gpck_staging_req sr = { 1 << 20, 0, 0 };
+    send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
+    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */
+    uint8_t cbuf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)cbuf;
+    *cr = (struct gpck_copy_req){ .count = 1, .flags = 0 };
+    cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, e.size < 4096 ? e.size : 4096, 0 };
+    send_msg(fd, GPCK_COPY_OUT, 4, cbuf, sizeof(cbuf));
+    CHECK(recv_status(fd, NULL, 0) == -EPERM); /* no window, no gate */
+
+    struct gpck_live_req bad = { 2, 0 };
+    send_msg(fd, GPCK_LIVE_WINDOW, 5, &bad, sizeof(bad));
+    CHECK(recv_status(fd, NULL, 0) == -EPROTO);
+    struct gpck_live_req open_req = { 1, 0 };
+    send_msg(fd, GPCK_LIVE_WINDOW, 6, &open_req, sizeof(open_req));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    send_msg(fd, GPCK_COPY_OUT, 7, cbuf, sizeof(cbuf));
+    CHECK(recv_status(fd, NULL, 0) == 0); /* unheld, in the window */
+    send_msg(fd, GPCK_COPY_IN, 8, cbuf, sizeof(cbuf));
+    CHECK(recv_status(fd, NULL, 0) == -EPERM); /* never writes */
+    cr->ranges[0].addr = 0x1000;
+    send_msg(fd, GPCK_COPY_OUT, 9, cbuf, sizeof(cbuf));
+    CHECK(recv_status(fd, NULL, 0) == -EFAULT); /* not pool memory */
+    uint8_t dbuf[sizeof(struct gpck_digest_req) + sizeof(struct gpck_digest_range)];
+    struct gpck_digest_req *dr = (void *)dbuf;
+    *dr = (struct gpck_digest_req){ .device = e.device, .count = 1, .block_size = GPCK_MIN_DIGEST_BLOCK };
+    dr->ranges[0] = (struct gpck_digest_range){ e.addr, e.size };
+    uint8_t rbuf[sizeof(struct gpck_digest_rep) + 64 * sizeof(uint64_t)];
+    send_msg(fd, GPCK_BLOCK_DIGEST, 10, dbuf, sizeof(dbuf));
+    CHECK(recv_status(fd, rbuf, sizeof(rbuf)) == 0); /* unheld, in the window */
+
+    /* A second controller cannot suspend the pool under the window. */
+    int other = connect_shim();
+    CHECK(hello(other) == 0);
+    struct gpck_quiesce_req q = { 5000, 0 };
+    send_msg(other, GPCK_QUIESCE, 2, &q, sizeof(q));
+    CHECK(recv_status(other, NULL, 0) == 0);
+    struct gpck_suspend_req sus = { 0, 0, "/tmp/nowhere" };
+    send_msg(other, GPCK_SUSPEND_POOL, 3, &sus, sizeof(sus));
+    CHECK(recv_status(other, NULL, 0) == -EBUSY);
+    send_msg(other, GPCK_RESUME, 4, NULL, 0);
+    CHECK(recv_status(other, NULL, 0) == 0);
+    close(other);
+
+    struct gpck_live_req close_req = { 0, 0 };
+    send_msg(fd, GPCK_LIVE_WINDOW, 11, &close_req, sizeof(close_req));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    cr->ranges[0].addr = e.addr;
+    send_msg(fd, GPCK_COPY_OUT, 12, cbuf, sizeof(cbuf));
+    CHECK(recv_status(fd, NULL, 0) == -EPERM); /* closed again */
+    send_msg(fd, GPCK_LIVE_WINDOW, 13, &open_req, sizeof(open_req));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd); /* the window closes with the connection */
+}
+
 /* Staging memory the host cannot give is refused, not attempted: pinning it
  * inside the application would get the application killed. */
 static void test_oversized_staging_refused(void)
@@ -577,6 +650,7 @@ int main(int argc, char **argv)
     RUN(test_unknown_type_and_bad_payloads);
     RUN(test_copy_rules);
     RUN(test_digest_rules);
+    RUN(test_live_window_rules);
     RUN(test_oversized_staging_refused);
     RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);

@@ -80,6 +80,32 @@ function incrementalTable(r) {
   ].join('\n');
 }
 
+/** checkpoint --live against the plain checkpoint, on one process whose job rewrites its pool throughout. */
+function liveTable(r) {
+  const g = (k) => r.metrics[k];
+  const s = (k) => `${num(g(k).median, 's')} s (${all(g(k), 's')})`;
+  const ms = (k) => `${(1000 * g(k).median).toFixed(1)} ms (${g(k).all.map((v) => (1000 * v).toFixed(1)).join(', ')})`;
+  const gb = (k) => `${num(g(k).median, 'GB')} GB (${all(g(k), 'GB')})`;
+  const pause = g('live_pause_seconds').median;
+  return [
+    `### ${r.workload}`,
+    '',
+    `${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`,
+    '',
+    '| | checkpoint --gpu-only | checkpoint --gpu-only --live | plain ÷ live | target |',
+    '| --- | --- | --- | --- | --- |',
+    `| application pause | ${ms('plain_pause_seconds')} | **${ms('live_pause_seconds')}** | ${(g('plain_pause_seconds').median / pause).toFixed(1)}× | ≤ 0.3 s: ${pause <= 0.3 ? 'met' : '**missed**'} |`,
+    `| image durable | ${s('plain_seconds')} | ${s('live_seconds')} | | |`,
+    `| copied while the job ran | | ${gb('live_precopied_bytes')} in ${s('live_precopy_seconds')}, ${g('live_rounds').median} rounds | | |`,
+    `| copied in the pause | all of it | ${gb('live_pause_bytes')} | | |`,
+    `| digest kernel (in the pause) | | ${s('live_digest_seconds')} | | |`,
+    '',
+    phaseLine(r, 'live.', "Where the live checkpoint's time goes"),
+    `The last --live image, restored --into, held the pool after write ${g('held_write').median} of the rewriter, every region whole.`,
+    '',
+  ].join('\n');
+}
+
 /** "what (medians, s): phase t, ..." for the metrics named prefix + phase, or '' when there are none. */
 function phaseLine(r, prefix, what) {
   const list = Object.entries(r.metrics)
@@ -92,6 +118,7 @@ function phaseLine(r, prefix, what) {
 function table(name, r) {
   if (name === 'shim') return shimTable(r);
   if (name.startsWith('incremental-')) return incrementalTable(r);
+  if (name.startsWith('live-')) return liveTable(r);
   const out = [];
   const kind = name;
   out.push(`### ${r.workload}`, '');

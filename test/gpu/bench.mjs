@@ -15,7 +15,9 @@
  * (default 3), BENCH_TORCH (default 1), BENCH_SHIM (default 1: the shim's
  * own cost, cudaMalloc+cudaFree and kernel launches against native),
  * BENCH_INCREMENTAL (default "16": pool sizes in GiB for incremental
- * images, 10 % changed; "0": none).
+ * images, 10 % changed; "0": none), BENCH_LIVE (default "16": pool sizes
+ * in GiB for checkpoint --live under a job rewriting BENCH_LIVE_MIBPS,
+ * default 1024, MiB/s; "0": none).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -39,7 +41,12 @@ export async function runBench(h) {
     cpus: os.cpus().length,
     hostMemGiB: Math.round(os.totalmem() / GiB),
     date: new Date().toISOString().slice(0, 10),
-    command: `${env.TORCH_PARAMS_M ? `TORCH_PARAMS_M=${env.TORCH_PARAMS_M} ` : ''}${env.TORCH_BUFFER_GIB ? `TORCH_BUFFER_GIB=${env.TORCH_BUFFER_GIB} ` : ''}BENCH_POOLS=${env.BENCH_POOLS ?? '1,16,64'} BENCH_RUNS=${runs} npm run bench`,
+    // Every setting that chose what ran, so the line reruns it.
+    command: `${Object.keys(env)
+      .filter((k) => /^(BENCH_|TORCH_)/.test(k) && !['BENCH_OUT', 'BENCH_POOLS', 'BENCH_RUNS'].includes(k))
+      .sort()
+      .map((k) => `${k}=${env[k]} `)
+      .join('')}BENCH_POOLS=${env.BENCH_POOLS ?? '1,16,64'} BENCH_RUNS=${runs} npm run bench`,
   };
   const save = (name, workload, metrics) => {
     const file = path.join(outDir, `${name}.json`);
@@ -83,6 +90,22 @@ export async function runBench(h) {
       return (
         `incremental ${g('inc_seconds')} s / ${(g('inc_stored_bytes') / 1e9).toFixed(2)} GB vs full ${g('full_seconds')} s / ${(g('full_stored_bytes') / 1e9).toFixed(2)} GB ` +
         `(${(100 * g('time_ratio')).toFixed(1)} % of the time, ${(100 * g('size_ratio')).toFixed(1)} % of the size); digests ${g('digest_seconds')} s; restore through the chain ${g('chain_restore_seconds')} s`
+      );
+    });
+  }
+
+  const liveMibps = Number(env.BENCH_LIVE_MIBPS ?? 1024);
+  for (const gib of (env.BENCH_LIVE ?? '16').split(',').map(Number).filter((g) => g > 0)) {
+    const name = `live-${gib}g`;
+    await h.test(`bench/${name}`, async () => {
+      const why = poolDoesNotFit(h, gib, gpus);
+      if (why) throw new h.Skip(why);
+      const metrics = await benchLive(h, runs, gib, liveMibps);
+      save(name, `pool_fill ${gib} GiB rewritten at ${liveMibps} MiB/s: checkpoint --gpu-only, plain and --live, alternately`, metrics);
+      const g = (k) => metrics[k].median;
+      return (
+        `pause --live ${(1000 * g('live_pause_seconds')).toFixed(1)} ms (${g('live_rounds')} rounds, ${(g('live_pause_bytes') / 2 ** 20).toFixed(1)} MiB in the pause) vs plain ${(1000 * g('plain_pause_seconds')).toFixed(1)} ms; ` +
+        `durable ${g('live_seconds')} s vs ${g('plain_seconds')} s; the restored image was the pool after write ${g('held_write')} of the rewriter, whole`
       );
     });
   }
@@ -172,6 +195,55 @@ async function benchIncremental(h, runs, gib) {
       fs.rmSync(inc, { recursive: true, force: true });
       fs.rmSync(full, { recursive: true, force: true });
     }
+    p.send('quit', 'bye').catch(() => undefined);
+  } finally {
+    p.close();
+  }
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+}
+
+/**
+ * One pool_fill process whose pool a thread rewrites at mibps MiB/s (the
+ * job of the --live target), `runs` rounds of a plain and a --live gpu-only
+ * checkpoint; then the last --live image restored --into and checked: every
+ * region one write, whole, and together the state after some number of
+ * writes.
+ */
+async function benchLive(h, runs, gib, mibps) {
+  const p = h.launchViaFifo('pool_fill', [String(gib)]);
+  const m = {};
+  const add = (k, v) => (m[k] ??= []).push(v);
+  try {
+    const ready = await p.nextLine('ready', 600_000);
+    const pid = String(ready.pid);
+    const regions = (await p.send(`rewrite ${mibps}`, 'rewriting', 120_000)).regions;
+    let last;
+    for (let i = 0; i < runs; i++) {
+      const plain = path.join(h.tmpRoot, `live-plain-${i}`);
+      last = path.join(h.tmpRoot, `live-${i}`);
+      const a = await h.cliJson(['checkpoint', pid, '--gpu-only', '-o', plain, '--json'], 600_000);
+      fs.rmSync(plain, { recursive: true, force: true });
+      const b = await h.cliJson(['checkpoint', pid, '--gpu-only', '--live', '-o', last, '--json'], 600_000);
+      add('plain_pause_seconds', a.pauseSeconds);
+      add('plain_seconds', a.seconds);
+      add('live_pause_seconds', b.pauseSeconds);
+      add('live_seconds', b.seconds);
+      add('live_rounds', b.live.rounds.length);
+      add('live_precopy_seconds', b.live.precopySeconds);
+      add('live_precopied_bytes', b.live.rounds.reduce((s, r) => s + r.bytes, 0));
+      add('live_pause_bytes', b.live.pauseBytes);
+      add('live_digest_seconds', b.digestSeconds);
+      add('pause_ratio', b.pauseSeconds / a.pauseSeconds);
+      for (const [k, v] of Object.entries(b.phases ?? {})) add(`live.${k}_s`, v);
+      if (i < runs - 1) fs.rmSync(last, { recursive: true, force: true });
+    }
+    const stopped = await p.send('rewritten', 'rewritten', 120_000);
+    await p.send('mutate', 'mutated', 120_000);
+    await h.cliJson(['restore', last, '--into', pid, '--json'], 600_000);
+    const back = await p.send('rewritten', 'rewritten', 120_000);
+    if (!back.whole || !back.prefix || back.holds > stopped.count) throw h.failure(`the restored --live image is not the pool at one moment: ${JSON.stringify(back)}`);
+    add('held_write', back.holds - regions);
+    fs.rmSync(last, { recursive: true, force: true });
     p.send('quit', 'bye').catch(() => undefined);
   } finally {
     p.close();

@@ -89,7 +89,8 @@ export async function runReliability(h) {
       return `checkpoint --gpu-only failed in one line (${quote(line)}); no image; the process runs with its data`;
     });
   await failedCheckpoint('quiesce', { shim: 'cuCtxSynchronize:1', pattern: /quiesce failed/ });
-  await failedCheckpoint('copy-out', { shim: 'cuMemcpyDtoHAsync_v2:2', pattern: /copy out failed/ });
+  // The digests' copy back is the pause's first cuMemcpyDtoHAsync: the third is the copy's second DMA.
+  await failedCheckpoint('copy-out', { shim: 'cuMemcpyDtoHAsync_v2:3', pattern: /copy out failed/ });
   await failedCheckpoint('compress', { cli: { GPUCKPT_TEST_FAULT: 'compress' }, pattern: /injected fault at compress/ });
   await failedCheckpoint('write', { cli: { GPUCKPT_TEST_FAULT: 'image-write' }, pattern: /injected fault at image-write/ });
 

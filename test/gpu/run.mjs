@@ -1342,6 +1342,10 @@ async function main() {
     const { runIncremental } = await import('./incremental.mjs');
     await runIncremental({ App, test, Skip, failure, sleep, cliJson, expectSame, launchViaFifo, snapPath, measure });
   }
+  if (['live'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runLive } = await import('./live.mjs');
+    await runLive({ App, test, failure, cliJson, snapPath, measure });
+  }
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
   await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));

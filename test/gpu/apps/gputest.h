@@ -166,6 +166,33 @@ GT_EXTERN_C __global__ void gt_checksum_kernel(const unsigned long long *p, unsi
             atomicAdd(out, (unsigned long long)s);
     }
 }
+/* Word i of a rewriter region holding tag k: the tag itself first, so a
+ * region says which write it holds, then incompressible words. */
+GT_HD uint64_t gt_tag_word(uint64_t k, uint64_t i)
+{
+    return i ? gt_mix64(k * 0x9e3779b97f4a7c15ull ^ (i + 0x5bd1e995ull)) : k;
+}
+
+GT_EXTERN_C __global__ void gt_tag_kernel(unsigned long long *p, unsigned long long words, unsigned long long k)
+{
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
+        p[i] = gt_tag_word(k, i);
+}
+
+/* One CTA per region (addr, words pairs in regions): out[r] = the tag region
+ * r holds, or ~0 when any of its words is not that tag's (a torn region). */
+GT_EXTERN_C __global__ void gt_tag_check_kernel(const unsigned long long *regions, unsigned long long *out)
+{
+    const unsigned long long *p = (const unsigned long long *)(uintptr_t)regions[2 * blockIdx.x];
+    uint64_t words = regions[2 * blockIdx.x + 1], k = p[0];
+    int ok = 1;
+    for (uint64_t i = threadIdx.x; i < words; i += blockDim.x)
+        ok &= p[i] == gt_tag_word(k, i);
+    ok = __syncthreads_and(ok);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = ok ? k : ~0ull;
+}
 #endif /* __CUDACC__ */
 
 /* Grid size for n bytes: enough blocks to cover the words, at most GT_MAX_BLOCKS. */
@@ -378,6 +405,140 @@ static inline void gt_rt_checksum_all(gt_buf *bufs, int n, const gt_dev *devs)
     }
 }
 
+/* ---- rewriter: the job a live checkpoint copies under ------------------
+ * `rewrite MIBPS`: the buffers on the first buffer's device, cut in regions
+ * of GT_REWRITE_REGION, each first written with tag r+1; then a thread
+ * rewrites MIBPS MiB/s, region after region in turn, with tags n+1, n+2...
+ * (one launch per region: a pause finds every region whole). `rewritten`
+ * stops it and checks what the regions hold: each one tag, whole, and
+ * together the state after some number M of writes: region r holds the
+ * last tag <= M of its turn. A checkpoint taken while it ran, restored, must
+ * give exactly such a state. */
+#include <pthread.h>
+#define GT_REWRITE_REGION (8ull << 20)
+
+static struct {
+    int on, device, n;
+    double mibps;
+    unsigned long long *regions; /* host: addr, words per region */
+    unsigned long long *table;   /* device copy of regions */
+    unsigned long long *out;     /* device: the tag each region holds */
+    pthread_t thread;
+    int stop;
+    long long last; /* last tag written and synchronised */
+} gt_rw;
+
+static inline void gt_tag(long long k, cudaStream_t s)
+{
+    int r = (int)((k - 1) % gt_rw.n);
+    gt_tag_kernel<<<gt_blocks(gt_rw.regions[2 * r + 1] * 8), GT_THREADS, 0, s>>>(
+        (unsigned long long *)(uintptr_t)gt_rw.regions[2 * r], gt_rw.regions[2 * r + 1], (unsigned long long)k);
+    GT_CK(cudaGetLastError());
+}
+
+static inline void *gt_rewriter(void *arg)
+{
+    (void)arg;
+    cudaStream_t s;
+    GT_CK(cudaSetDevice(gt_rw.device));
+    GT_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    double budget = 0, t = gt_now();
+    long long k = gt_rw.n;
+    while (!__atomic_load_n(&gt_rw.stop, __ATOMIC_ACQUIRE)) {
+        usleep(10000);
+        double now = gt_now();
+        budget += (now - t) * gt_rw.mibps * (double)(1 << 20);
+        t = now;
+        for (; budget >= (double)GT_REWRITE_REGION; budget -= (double)GT_REWRITE_REGION)
+            gt_tag(++k, s);
+        GT_CK(cudaStreamSynchronize(s));
+        __atomic_store_n(&gt_rw.last, k, __ATOMIC_RELEASE);
+    }
+    GT_CK(cudaStreamDestroy(s));
+    return NULL;
+}
+
+static inline void gt_rewrite_start(const gt_buf *bufs, int n, const gt_dev *devs, double mibps)
+{
+    if (gt_rw.on || !(mibps > 0)) {
+        gt_emit_error(gt_rw.on ? "already rewriting" : "usage: rewrite MIBPS");
+        return;
+    }
+    const gt_dev *d = &devs[bufs[0].device];
+    if (!gt_rw.regions) { /* once: the table stays allocated, so the pool's layout stays put */
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            if (bufs[i].device == bufs[0].device)
+                count += (int)((bufs[i].size / 8 + GT_REWRITE_REGION / 8 - 1) / (GT_REWRITE_REGION / 8));
+        gt_rw.regions = (unsigned long long *)calloc(2 * (size_t)count, sizeof(unsigned long long));
+        for (int i = 0, r = 0; i < n; i++) {
+            if (bufs[i].device != bufs[0].device)
+                continue;
+            for (uint64_t off = 0; off + 8 <= bufs[i].size; off += GT_REWRITE_REGION, r++) {
+                uint64_t len = bufs[i].size - off < GT_REWRITE_REGION ? bufs[i].size - off : GT_REWRITE_REGION;
+                gt_rw.regions[2 * r] = bufs[i].addr + off;
+                gt_rw.regions[2 * r + 1] = len / 8;
+                gt_rw.n = r + 1;
+            }
+        }
+        GT_CK(cudaSetDevice(d->device));
+        GT_CK(cudaMalloc((void **)&gt_rw.table, 2 * sizeof(unsigned long long) * (size_t)gt_rw.n));
+        GT_CK(cudaMalloc((void **)&gt_rw.out, sizeof(unsigned long long) * (size_t)gt_rw.n));
+        GT_CK(cudaMemcpy(gt_rw.table, gt_rw.regions, 2 * sizeof(unsigned long long) * (size_t)gt_rw.n,
+                         cudaMemcpyHostToDevice));
+    }
+    gt_rw.device = d->device;
+    GT_CK(cudaSetDevice(d->device));
+    for (long long k = 1; k <= gt_rw.n; k++)
+        gt_tag(k, d->stream);
+    GT_CK(cudaStreamSynchronize(d->stream));
+    gt_rw.mibps = mibps;
+    gt_rw.last = gt_rw.n;
+    gt_rw.stop = 0;
+    if (pthread_create(&gt_rw.thread, NULL, gt_rewriter, NULL))
+        gt_die("pthread_create failed");
+    gt_rw.on = 1;
+    char extra[64];
+    snprintf(extra, sizeof extra, ",\"regions\":%d", gt_rw.n);
+    gt_emit("rewriting", extra, NULL, 0);
+}
+
+static inline void gt_rewrite_check(const gt_dev *devs)
+{
+    if (!gt_rw.regions) {
+        gt_emit_error("never rewritten");
+        return;
+    }
+    if (gt_rw.on) {
+        __atomic_store_n(&gt_rw.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(gt_rw.thread, NULL);
+        gt_rw.on = 0;
+    }
+    const gt_dev *d = &devs[gt_rw.device];
+    GT_CK(cudaSetDevice(d->device));
+    gt_tag_check_kernel<<<gt_rw.n, GT_THREADS, 0, d->stream>>>(gt_rw.table, gt_rw.out);
+    GT_CK(cudaGetLastError());
+    unsigned long long *tags = (unsigned long long *)malloc(sizeof(unsigned long long) * (size_t)gt_rw.n);
+    GT_CK(cudaMemcpyAsync(tags, gt_rw.out, sizeof(unsigned long long) * (size_t)gt_rw.n, cudaMemcpyDeviceToHost, d->stream));
+    GT_CK(cudaStreamSynchronize(d->stream));
+    unsigned long long m = 0;
+    int whole = 1, prefix = 1;
+    for (int r = 0; r < gt_rw.n; r++) {
+        whole &= tags[r] != ~0ull;
+        if (tags[r] != ~0ull && tags[r] > m)
+            m = tags[r];
+    }
+    for (int r = 0; r < gt_rw.n && whole; r++) {
+        unsigned long long first = (unsigned long long)r + 1, n = (unsigned long long)gt_rw.n;
+        prefix &= m >= first && tags[r] == first + (m - first) / n * n;
+    }
+    free(tags);
+    char extra[160];
+    snprintf(extra, sizeof extra, ",\"count\":%lld,\"holds\":%llu,\"regions\":%d,\"whole\":%s,\"prefix\":%s",
+             __atomic_load_n(&gt_rw.last, __ATOMIC_ACQUIRE), m, gt_rw.n, whole ? "true" : "false", prefix ? "true" : "false");
+    gt_emit("rewritten", extra, NULL, 0);
+}
+
 /* The common command loop of the runtime programs: state, mutate, quit.
  * Returns when quit was answered or stdin ended. */
 static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
@@ -408,7 +569,16 @@ static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
             }
             gt_rt_checksum_all(bufs, n, devs);
             gt_emit("touched", NULL, bufs, n);
+        } else if (!strncmp(cmd, "rewrite ", 8)) {
+            gt_rewrite_start(bufs, n, devs, atof(cmd + 8));
+        } else if (!strcmp(cmd, "rewritten")) {
+            gt_rewrite_check(devs);
         } else if (!strcmp(cmd, "quit")) {
+            if (gt_rw.on) {
+                __atomic_store_n(&gt_rw.stop, 1, __ATOMIC_RELEASE);
+                pthread_join(gt_rw.thread, NULL);
+                gt_rw.on = 0;
+            }
             gt_emit("bye", NULL, NULL, 0);
             return;
         } else {
