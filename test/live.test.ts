@@ -8,6 +8,7 @@
  * - a buffer rewritten whole all through the checkpoint comes back as one
  *   rewrite, whole;
  * - threads that allocate and free during the copy lose nothing;
+ * - a whole-process image --live (the pool held in staging at fixed places);
  * - the refusals: no room in host memory, no digest kernel.
  */
 import { describe, expect, it } from 'vitest';
@@ -87,6 +88,22 @@ describe('checkpoint --live', () => {
     expect(stopped.iterations).toBeGreaterThan(0);
     // (Those buffers are gone now, so the images no longer fit this process's layout.)
     expect(sameBuffers((await app.command('state')).buffers, R)).toBe(true);
+    expect(await app.quit()).toBe(0);
+  });
+
+  it('a whole-process image --live: the pool comes back from host memory whole (--leave-running, fake CRIU); a failing write loses nothing', async () => {
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
+    const pid = String(app.pid);
+    const R = ready.buffers as BufferState[];
+    const failed = cli(['checkpoint', pid, '--live', '-o', box.path('P0')], { GPUCKPT_TEST_FAULT: 'image-write' });
+    expect(failed.code).toBe(1);
+    expect(failed.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(sameBuffers((await app.command('state')).buffers, R)).toBe(true);
+    const P = box.path('P');
+    ok(['checkpoint', pid, '--live', '-o', P, '--leave-running']);
+    expect(sameBuffers((await app.command('state')).buffers, R)).toBe(true);
+    const shown = json(ok(['inspect', P, '--json']).stdout);
+    expect(shown).toMatchObject({ kind: 'process', verified: true });
     expect(await app.quit()).toBe(0);
   });
 
