@@ -91,6 +91,23 @@ describe('checkpoint --live', () => {
     expect(await app.quit()).toBe(0);
   });
 
+  it('--live --parent: only the changed blocks are stored, and the chain restores bit for bit', async () => {
+    const { app } = await box.start(APPS.linked, { env });
+    const pid = String(app.pid);
+    const A = box.path('lp-A');
+    const full = json(ok(['checkpoint', pid, '--gpu-only', '-o', A, '--json']).stdout);
+    const T = (await app.command('touch 10')).buffers as BufferState[];
+    const B = box.path('lp-B');
+    const inc = json(ok(['checkpoint', pid, '--gpu-only', '--live', '--parent', A, '-o', B, '--json']).stdout);
+    expect(inc.parent).toBe(A);
+    expect(inc.rawBytes).toBeLessThan(full.rawBytes / 4);
+    expect(inc.live.rounds[0].bytes).toBe(full.rawBytes); // the pre-copy takes the whole pool; the image keeps the changes
+    await app.command('mutate');
+    ok(['restore', B, '--into', pid]);
+    expect(sameBuffers((await app.command('state')).buffers, T)).toBe(true);
+    expect(await app.quit()).toBe(0);
+  });
+
   it('a whole-process image --live: the pool comes back from host memory whole (--leave-running, fake CRIU); a failing write loses nothing', async () => {
     const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
     const pid = String(app.pid);
