@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,21 +236,30 @@ static void test_copy_rules(void)
 
 /* Digests: the kernel runs only on what the shim has checked: held still,
  * inside one live allocation, aligned, within the limits. */
-static void test_digest_rules(void)
+/* The application's first pool allocation (listed with seq 2). */
+static bool first_allocation(int fd, struct gpck_alloc_entry *e)
 {
-    int fd = connect_shim();
-    CHECK(hello(fd) == 0);
     struct gpck_list_req lr = { 0, 16, 0 };
     uint8_t lbuf[sizeof(struct gpck_list_rep) + 16 * sizeof(struct gpck_alloc_entry)];
     send_msg(fd, GPCK_LIST_ALLOCS, 2, &lr, sizeof(lr));
     CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
     struct gpck_list_rep *list = (void *)lbuf;
     CHECK(list->count > 0);
-    if (list->count == 0) {
+    if (list->count == 0)
+        return false;
+    *e = list->entries[0];
+    return true;
+}
+
+static void test_digest_rules(void)
+{
+    int fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_alloc_entry e;
+    if (!first_allocation(fd, &e)) {
         close(fd);
         return;
     }
-    struct gpck_alloc_entry e = list->entries[0];
     uint8_t buf[sizeof(struct gpck_digest_req) + sizeof(struct gpck_digest_range)];
     struct gpck_digest_req *dr = (void *)buf;
     *dr = (struct gpck_digest_req){ .device = e.device, .count = 0, .block_size = 0 };
@@ -302,17 +312,11 @@ static void test_live_window_rules(void)
 {
     int fd = connect_shim();
     CHECK(hello(fd) == 0);
-    struct gpck_list_req lr = { 0, 16, 0 };
-    uint8_t lbuf[sizeof(struct gpck_list_rep) + 16 * sizeof(struct gpck_alloc_entry)];
-    send_msg(fd, GPCK_LIST_ALLOCS, 2, &lr, sizeof(lr));
-    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
-    struct gpck_list_rep *list = (void *)lbuf;
-    CHECK(list->count > 0);
-    if (list->count == 0) {
+    struct gpck_alloc_entry e;
+    if (!first_allocation(fd, &e)) {
         close(fd);
         return;
     }
-    struct gpck_alloc_entry e = list->entries[0];
     struct gpck_staging_req sr = { 1 << 20, 0, 0 };
     send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
     CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */

@@ -26,6 +26,25 @@ import { spawnSync } from 'node:child_process';
 
 const GiB = 2 ** 30;
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+/** Each metric's runs, and their median. */
+const medians = (m) => Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+
+/**
+ * One pool_fill process of gib GiB: body(p, pid, add) measures on it, add(k, v)
+ * recording a run of metric k; the process quits afterwards. Returns the medians.
+ */
+async function onPoolFill(h, gib, body) {
+  const p = h.launchViaFifo('pool_fill', [String(gib)]);
+  const m = {};
+  try {
+    const ready = await p.nextLine('ready', 600_000);
+    await body(p, String(ready.pid), (k, v) => (m[k] ??= []).push(v));
+    p.send('quit', 'bye').catch(() => undefined);
+  } finally {
+    p.close();
+  }
+  return medians(m);
+}
 
 /** h: the runner's harness (run.mjs): test, Skip, failure, cliJson, launchViaFifo, ... */
 export async function runBench(h) {
@@ -152,7 +171,7 @@ async function benchShim(h, runs) {
     add('launches_per_s_shim', shim.launchesPerSec);
     add('launch_rate_ratio', shim.launchesPerSec / plain.launchesPerSec);
   }
-  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+  return medians(m);
 }
 
 /**
@@ -162,12 +181,7 @@ async function benchShim(h, runs) {
  * the chain, verified. Images are removed after each round (disk).
  */
 async function benchIncremental(h, runs, gib) {
-  const p = h.launchViaFifo('pool_fill', [String(gib)]);
-  const m = {};
-  const add = (k, v) => (m[k] ??= []).push(v);
-  try {
-    const ready = await p.nextLine('ready', 600_000);
-    const pid = String(ready.pid);
+  return onPoolFill(h, gib, async (p, pid, add) => {
     for (let i = 0; i < runs; i++) {
       const full = path.join(h.tmpRoot, `inc-full-${i}`);
       const inc = path.join(h.tmpRoot, `inc-${i}`);
@@ -195,11 +209,7 @@ async function benchIncremental(h, runs, gib) {
       fs.rmSync(inc, { recursive: true, force: true });
       fs.rmSync(full, { recursive: true, force: true });
     }
-    p.send('quit', 'bye').catch(() => undefined);
-  } finally {
-    p.close();
-  }
-  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+  });
 }
 
 /**
@@ -210,12 +220,7 @@ async function benchIncremental(h, runs, gib) {
  * writes.
  */
 async function benchLive(h, runs, gib, mibps) {
-  const p = h.launchViaFifo('pool_fill', [String(gib)]);
-  const m = {};
-  const add = (k, v) => (m[k] ??= []).push(v);
-  try {
-    const ready = await p.nextLine('ready', 600_000);
-    const pid = String(ready.pid);
+  return onPoolFill(h, gib, async (p, pid, add) => {
     const regions = (await p.send(`rewrite ${mibps}`, 'rewriting', 120_000)).regions;
     let last;
     for (let i = 0; i < runs; i++) {
@@ -244,11 +249,7 @@ async function benchLive(h, runs, gib, mibps) {
     if (!back.whole || !back.prefix || back.holds > stopped.count) throw h.failure(`the restored --live image is not the pool at one moment: ${JSON.stringify(back)}`);
     add('held_write', back.holds - regions);
     fs.rmSync(last, { recursive: true, force: true });
-    p.send('quit', 'bye').catch(() => undefined);
-  } finally {
-    p.close();
-  }
-  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+  });
 }
 
 /** A reason the pool cannot be measured here, or undefined. */
@@ -362,7 +363,7 @@ async function benchWorkload(h, runs, w) {
   } finally {
     p.close();
   }
-  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+  return medians(m);
 }
 
 function summarize(metrics) {
