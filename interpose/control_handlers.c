@@ -8,6 +8,7 @@
 #include "cuda_api.h" /* before pool.h: see cuda_api.h */
 #include "../pool/pool.h"
 #include "block_digest.h"
+#include "bounce.h"
 #include "contexts.h"
 #include "gate.h"
 #include "log.h"
@@ -411,6 +412,65 @@ static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *r
     return 0;
 }
 
+/* Each range straight between the pool and staging, piece by piece of the
+ * staging, each as soon as it is pinned: the DMA of one overlaps the
+ * preparation of the next. */
+static int copy_direct(struct gp_client *c, bool to_host, const struct gpck_copy_req *req)
+{
+    int err = 0;
+    bool used[GPCK_MAX_DEVICES] = { false };
+    for (uint32_t i = 0; i < req->count && !err; i++) {
+        const struct gpck_copy_range *r = &req->ranges[i];
+        CUstream s;
+        err = copy_stream((int)r->device, &s);
+        if (err)
+            break;
+        used[r->device] = true;
+        for (uint64_t done = 0; done < r->length && !err;) {
+            uint64_t off = r->staging_offset + done;
+            uint64_t end = gp_staging_ready(&c->staging, off);
+            uint64_t n = end - off < r->length - done ? end - off : r->length - done;
+            void *host = c->staging.base + off;
+            CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr + done, n, s)
+                                  : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr + done, host, n, s);
+            if (cu != CUDA_SUCCESS) {
+                GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
+                         (unsigned long long)(r->addr + done), (unsigned long long)n, (int)cu);
+                err = -EIO;
+            }
+            done += n;
+        }
+    }
+    /* Wait for everything queued, also after a failure, so no DMA is left
+     * writing into memory the controller is about to reuse. */
+    for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++) {
+        CUstream s;
+        if (!used[d] || copy_stream(d, &s))
+            continue;
+        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
+            err = -EIO;
+    }
+    return err;
+}
+
+/* Every range through the staging's bounce ring. -EAGAIN: it could not
+ * start, nothing was copied. */
+static int copy_bounced(struct gp_client *c, bool to_host, const struct gpck_copy_req *req)
+{
+    struct gp_bounce_span spans[GPCK_MAX_COPY_RANGES];
+    for (uint32_t i = 0; i < req->count; i++) {
+        const struct gpck_copy_range *r = &req->ranges[i];
+        int err = copy_stream((int)r->device, &spans[i].stream);
+        if (err)
+            return err;
+        spans[i].device = (int)r->device;
+        spans[i].dev = r->addr;
+        spans[i].host = c->staging.base + r->staging_offset;
+        spans[i].len = r->length;
+    }
+    return gp_bounce_copy(c->staging.bounce, to_host, spans, req->count);
+}
+
 static int handle_copy(struct gp_client *c, bool to_host, const void *payload, uint32_t len,
                        struct gpck_copy_rep *rep)
 {
@@ -438,41 +498,11 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
         restore_complete = false;
     }
     uint64_t t0 = gp_now_ns(), bytes = 0;
-    bool used[GPCK_MAX_DEVICES] = { false };
-    for (uint32_t i = 0; i < req->count && !err; i++) {
-        const struct gpck_copy_range *r = &req->ranges[i];
-        CUstream s;
-        err = copy_stream((int)r->device, &s);
-        if (err)
-            break;
-        used[r->device] = true;
-        /* Piece by piece of the staging, each as soon as it is pinned: the
-         * DMA of one overlaps the preparation of the next. */
-        for (uint64_t done = 0; done < r->length && !err;) {
-            uint64_t off = r->staging_offset + done;
-            uint64_t end = gp_staging_ready(&c->staging, off);
-            uint64_t n = end - off < r->length - done ? end - off : r->length - done;
-            void *host = c->staging.base + off;
-            CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr + done, n, s)
-                                  : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr + done, host, n, s);
-            if (cu != CUDA_SUCCESS) {
-                GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
-                         (unsigned long long)(r->addr + done), (unsigned long long)n, (int)cu);
-                err = -EIO;
-            }
-            done += n;
-        }
-        bytes += r->length;
-    }
-    /* Wait for everything queued, also after a failure, so no DMA is left
-     * writing into memory the controller is about to reuse. */
-    for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++) {
-        CUstream s;
-        if (!used[d] || copy_stream(d, &s))
-            continue;
-        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
-            err = -EIO;
-    }
+    for (uint32_t i = 0; i < req->count; i++)
+        bytes += req->ranges[i].length;
+    err = c->staging.bounce ? copy_bounced(c, to_host, req) : -EAGAIN;
+    if (err == -EAGAIN)
+        err = copy_direct(c, to_host, req);
     rep->bytes = bytes;
     rep->ns = gp_now_ns() - t0;
     if (!to_host && !err && (req->flags & GPCK_COPY_COMPLETES))

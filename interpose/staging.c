@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bounce.h"
 #include "contexts.h"
 #include "log.h"
 #include "real_driver.h"
@@ -189,6 +191,16 @@ static void prep_finish(struct gp_staging *s)
     s->prep = NULL;
 }
 
+/* The bounce ring, or where it cannot be had, the pinning preparation. */
+static int bounce_or_prep(struct gp_staging *s, int device, bool fault)
+{
+    int err = gp_bounce_create(device, &s->bounce);
+    if (!err)
+        return 0;
+    GP_WARN("staging", "no bounce ring (%s): pinning the staging itself", strerror(-err));
+    return prep_start(s, device, fault);
+}
+
 uint64_t gp_staging_ready(struct gp_staging *s, uint64_t offset)
 {
     struct gp_staging_prep *p = s->prep;
@@ -248,7 +260,9 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         return err;
     }
     *out = (struct gp_staging){ .fd = fd, .base = p, .size = size };
-    int err = prep_start(out, device, true);
+    /* Only the shim touches private staging: it goes through the bounce
+     * ring and is never pinned. */
+    int err = private_memory ? bounce_or_prep(out, device, true) : prep_start(out, device, true);
     if (err)
         gp_staging_destroy(out);
     return err;
@@ -263,7 +277,7 @@ int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *
     if (held->fd >= 0 && (fd = fcntl(held->fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return -errno;
     *out = (struct gp_staging){ .fd = fd, .base = held->base, .size = held->size, .borrowed = true };
-    int err = prep_start(out, device, false);
+    int err = bounce_or_prep(out, device, false);
     if (err)
         gp_staging_destroy(out);
     return err;
@@ -275,6 +289,7 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     if (!s->base)
         return;
     prep_finish(s);
+    gp_bounce_destroy(s->bounce);
     *held = (struct gp_held){ .fd = s->fd, .base = s->base, .size = s->size };
     *s = (struct gp_staging){ .fd = -1 };
 }
@@ -293,6 +308,7 @@ void gp_staging_destroy(struct gp_staging *s)
     if (!s->base)
         return;
     prep_finish(s);
+    gp_bounce_destroy(s->bounce);
     if (!s->borrowed)
         munmap(s->base, s->size);
     if (s->fd >= 0)

@@ -1,14 +1,20 @@
-/* Staging memory: host memory registered with cuMemHostRegister, so the
- * copy engines write pool data straight into it at the link's speed (into
- * pageable memory they reach a quarter of it). Either a memfd the
+/* Staging memory: where pool data lies in host memory. Either a memfd the
  * controller maps too (the fd goes over the control socket), or private
- * anonymous memory with transparent huge pages that only the shim sees.
+ * anonymous memory with transparent huge pages that only the shim sees (a
+ * suspend's held copy).
  *
- * Getting 16 GiB of it ready costs more than the DMA itself (on the H200
- * hosts: faulting in 0.3-0.8 s, pinning 0.3-0.7 s, DMA 0.31 s), so it is
- * prepared in the background, in 256 MiB pieces by several threads, and a
- * copy waits only for the pieces it touches: preparation overlaps the
- * application's quiesce and the DMA of the pieces before. */
+ * The memfd is registered with cuMemHostRegister, so the copy engines write
+ * pool data straight into it at the link's speed (into pageable memory they
+ * reach a quarter of it). Getting 16 GiB of it ready costs more than the
+ * DMA itself (on the H200 hosts: faulting in 0.3-0.8 s, pinning 0.3-0.7 s,
+ * DMA 0.31 s), so it is prepared in the background, in 256 MiB pieces by
+ * several threads, and a copy waits only for the pieces it touches:
+ * preparation overlaps the application's quiesce and the DMA of the pieces
+ * before.
+ *
+ * Private staging, and held memory copied back, are never pinned: copies
+ * go through a bounce ring (bounce.h), since the held memory must be
+ * unpinned again before the driver's checkpoint. */
 #ifndef GPUCKPT_STAGING_H
 #define GPUCKPT_STAGING_H
 
@@ -18,13 +24,15 @@
 #include "cuda_api.h"
 
 struct gp_staging_prep; /* the background preparation (staging.c) */
+struct gp_bounce;
 
 struct gp_staging {
     int fd;                    /* the memfd; -1 for private staging */
     uint8_t *base;
     uint64_t size;
-    bool borrowed;             /* the held memory, mapped by the held record: only unpin it */
+    bool borrowed;             /* the held memory, mapped by the held record: not unmapped with s */
     struct gp_staging_prep *prep;
+    struct gp_bounce *bounce;  /* set: copies go through it, nothing of base is pinned */
 };
 
 /* Staging memory a suspend keeps, mapped but unpinned, so the data
@@ -37,11 +45,12 @@ struct gp_held {
     uint64_t size;
 };
 
-/* Maps size bytes and starts faulting them in and pinning them in the
- * background (contents are never written by that). 0 or -errno;
- * registration failures are not fatal (copies still work, slower). */
+/* Maps size bytes; a memfd starts faulting them in and pinning them in the
+ * background (contents are never written by that), private memory gets a
+ * bounce ring. 0 or -errno; registration failures are not fatal (copies
+ * still work, slower). */
 int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out);
-/* Starts pinning the held memory again, for copies back; -ENOENT if none. */
+/* The held memory again, with a bounce ring, for copies back; -ENOENT if none. */
 int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out);
 /* Waits until [offset, offset+length) is faulted in and pinned (or its
  * pinning failed), and returns where the next piece boundary after offset
@@ -49,12 +58,13 @@ int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *
 uint64_t gp_staging_ready(struct gp_staging *s, uint64_t offset);
 /* Waits until every piece is faulted in and pinned (or failed to pin). */
 void gp_staging_wait_all(struct gp_staging *s);
-/* Unpins s and keeps it in held (whatever held had is dropped). */
+/* Unpins s (or drops its ring) and keeps it in held (whatever held had is dropped). */
 void gp_staging_hold(struct gp_staging *s, struct gp_held *held);
 void gp_held_drop(struct gp_held *held);
 void gp_staging_destroy(struct gp_staging *s);
-/* Both, on a thread of their own: unpinning 16 GiB takes 0.3 s that an
- * application already running again need not wait for. */
+/* Both, on a thread of their own: unpinning 16 GiB takes 0.3 s, and
+ * unmapping it takes time too, that an application already running again
+ * need not wait for. */
 void gp_staging_release_later(struct gp_staging *s, struct gp_held *held);
 
 #endif

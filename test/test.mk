@@ -33,6 +33,10 @@ $(T)/test_config: test/c/test_config.c interpose/config.c interpose/log.c interp
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_config.c interpose/config.c interpose/log.c
 
+$(T)/test_bounce: test/c/test_bounce.c interpose/bounce.c interpose/bounce.h interpose/log.c interpose/config.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_bounce.c interpose/bounce.c interpose/log.c interpose/config.c \
+		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
+
 $(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ $<
@@ -45,7 +49,7 @@ $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config \
+TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
 
 test-build: all $(TEST_BINS)
@@ -57,6 +61,7 @@ check: test-build
 	$(T)/test_alloc
 	$(T)/test_gate
 	$(T)/test_config
+	$(T)/test_bounce
 	$(T)/fake_selftest
 
 .PHONY: test-build

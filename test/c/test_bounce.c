@@ -1,0 +1,174 @@
+/* The bounce ring (interpose/bounce.c) against the fake libcuda: bytes land
+ * where they belong in both directions, across spans of odd lengths, empty
+ * spans and spans longer than the ring; a failing DMA, a failing wait and a
+ * failing DMA back each end the copy with -EIO instead of hanging. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bounce.h"
+#include "contexts.h"
+#include "harness.h"
+#include "real_driver.h"
+
+void *gp_real[GP_IDX_COUNT];
+
+typedef CUresult (*pfn_init)(unsigned);
+typedef CUresult (*pfn_retain)(CUcontext *, CUdevice);
+typedef CUresult (*pfn_current)(CUcontext);
+typedef CUresult (*pfn_alloc)(CUdeviceptr *, size_t);
+typedef CUresult (*pfn_stream)(CUstream *, unsigned);
+typedef CUresult (*pfn_h2d)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*pfn_d2h)(void *, CUdeviceptr, size_t);
+
+static void *fn(const char *name)
+{
+    static void *lib;
+    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
+        fprintf(stderr, "test_bounce: %s\n", dlerror());
+        exit(2);
+    }
+    void *p = dlsym(lib, name);
+    if (!p) {
+        fprintf(stderr, "test_bounce: the fake exports no %s\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+/* The shim's version retains once per process; the test's makes it current each time. */
+int gp_contexts_use_primary(int device, CUresult *cu_err)
+{
+    CUcontext c;
+    CUresult cu = ((pfn_retain)fn("cuDevicePrimaryCtxRetain"))(&c, device);
+    if (cu == CUDA_SUCCESS)
+        cu = ((pfn_current)fn("cuCtxSetCurrent"))(c);
+    *cu_err = cu;
+    return cu == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+#define MIB (1ull << 20)
+/* Odd lengths, an empty span, and more than one ring's worth on a 2-core
+ * machine (4 slots of 8 MiB): 7 pieces. */
+static const uint64_t LENS[] = { 9 * MIB + 5, 0, 25 * MIB + 4095, 1 * MIB };
+enum { NSPANS = sizeof(LENS) / sizeof(LENS[0]) };
+
+static struct gp_bounce *ring;
+static CUstream stream;
+static CUdeviceptr dev;
+static uint8_t *host, *pattern;
+static uint64_t total;
+static struct gp_bounce_span spans[NSPANS];
+
+static void setup(void)
+{
+    /* The fake reads this at its first call. Each DMA is called 7 times
+     * by the first test, so the 9th is the second (and third) test's 2nd;
+     * each queued DMA is waited for once: 30 waits before the last test. */
+    setenv("FAKE_CUDA_FAIL", "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40", 1);
+    static const struct { int idx; const char *name; } table[] = {
+        { GP_IDX_cuEventCreate, "cuEventCreate" },
+        { GP_IDX_cuEventRecord, "cuEventRecord" },
+        { GP_IDX_cuEventSynchronize, "cuEventSynchronize" },
+        { GP_IDX_cuEventDestroy_v2, "cuEventDestroy_v2" },
+        { GP_IDX_cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync_v2" },
+        { GP_IDX_cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2" },
+        { GP_IDX_cuMemHostRegister_v2, "cuMemHostRegister_v2" },
+        { GP_IDX_cuMemHostUnregister, "cuMemHostUnregister" },
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        gp_real[table[i].idx] = fn(table[i].name);
+    CUresult cu;
+    if (((pfn_init)fn("cuInit"))(0) || gp_contexts_use_primary(0, &cu)) {
+        fprintf(stderr, "test_bounce: the fake driver did not start\n");
+        exit(2);
+    }
+    for (int i = 0; i < NSPANS; i++)
+        total += LENS[i];
+    host = malloc(total);
+    pattern = malloc(total);
+    if (!host || !pattern || ((pfn_alloc)fn("cuMemAlloc_v2"))(&dev, total) ||
+        ((pfn_stream)fn("cuStreamCreate"))(&stream, CU_STREAM_NON_BLOCKING)) {
+        fprintf(stderr, "test_bounce: no memory\n");
+        exit(2);
+    }
+    for (uint64_t i = 0; i < total; i++)
+        pattern[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint64_t off = 0;
+    for (int i = 0; i < NSPANS; i++) {
+        /* Host offsets run backwards, so a piece put at its device offset would be caught. */
+        uint64_t host_off = total - off - LENS[i];
+        spans[i] = (struct gp_bounce_span){ .device = 0, .stream = stream, .dev = dev + off, .host = host + host_off,
+                                            .len = LENS[i] };
+        off += LENS[i];
+    }
+}
+
+static void device_holds(const uint8_t *bytes)
+{
+    ((pfn_h2d)fn("cuMemcpyHtoD_v2"))(dev, bytes, total);
+}
+
+static bool host_matches(const uint8_t *want)
+{
+    for (int i = 0; i < NSPANS; i++)
+        if (memcmp(spans[i].host, want + (spans[i].dev - dev), LENS[i]))
+            return false;
+    return true;
+}
+
+static void test_out_then_in(void)
+{
+    CHECK(gp_bounce_create(0, &ring) == 0);
+    device_holds(pattern);
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == 0);
+    CHECK(host_matches(pattern));
+
+    uint8_t *back = malloc(total);
+    memset(back, 0, total);
+    device_holds(back);
+    CHECK(gp_bounce_copy(ring, false, spans, NSPANS) == 0);
+    ((pfn_d2h)fn("cuMemcpyDtoH_v2"))(back, dev, total);
+    CHECK(memcmp(back, pattern, total) == 0);
+    free(back);
+}
+
+static void test_failing_dma_out_ends_the_copy(void)
+{
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == -EIO);
+    /* The ring works again afterwards. */
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == 0);
+    CHECK(host_matches(pattern));
+}
+
+static void test_failing_dma_in_ends_the_copy(void)
+{
+    /* HtoD calls so far: 7; the 9th is this copy's 2nd. */
+    CHECK(gp_bounce_copy(ring, false, spans, NSPANS) == -EIO);
+    CHECK(gp_bounce_copy(ring, false, spans, NSPANS) == 0);
+}
+
+static void test_failing_wait_ends_the_copy(void)
+{
+    /* Event waits so far: 14 + 1 + 7 + 1 + 7; the 40th is in this test's second copy. */
+    int failed = 0;
+    for (int i = 0; i < 4 && !failed; i++)
+        failed = gp_bounce_copy(ring, i % 2 == 0, spans, NSPANS) == -EIO;
+    CHECK(failed);
+    gp_bounce_destroy(ring);
+    ring = NULL;
+}
+
+int main(void)
+{
+    setup();
+    RUN(test_out_then_in);
+    RUN(test_failing_dma_out_ends_the_copy);
+    RUN(test_failing_dma_in_ends_the_copy);
+    RUN(test_failing_wait_ends_the_copy);
+    return HARNESS_END();
+}
