@@ -31,11 +31,11 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       copy.set(out);
       return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
     }
-    case 'decompress': {
-      const raw = decompressFrame(new Uint8Array(task.compressed), task.length, task.what);
-      stagingView(task.offset, task.length).set(raw);
+    case 'decompress':
+      // Straight into staging: a buffer of its own per frame cost a fresh
+      // 16 MiB (faulted in page by page) and a copy of it.
+      decompressFrame(new Uint8Array(task.compressed), task.length, task.what, stagingView(task.offset, task.length));
       return { reply: { id: task.id }, transfer: [] };
-    }
     case 'digest': {
       // A Buffer of its own (not a pooled slab), so it can be transferred.
       const digests = native().hostBlockDigests(stagingView(task.offset, task.length), task.blockSize);
@@ -44,9 +44,16 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
     }
     case 'verify':
-      decompressFrame(new Uint8Array(task.compressed), task.length, task.what);
+      decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length));
       return { reply: { id: task.id }, transfer: [] };
   }
+}
+
+/** Where verified frames are decompressed and dropped: one buffer per worker, grown as needed. */
+let scratchBuffer = new Uint8Array(0);
+function scratch(length: number): Uint8Array {
+  if (scratchBuffer.length < length) scratchBuffer = new Uint8Array(length);
+  return scratchBuffer.subarray(0, length);
 }
 
 function stagingView(offset: number, length: number): Uint8Array {

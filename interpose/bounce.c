@@ -306,6 +306,20 @@ static int copy_in(struct gp_bounce *b, struct cursor *cur)
     return err;
 }
 
+/* After a failure, waits for every stream the copy used: a DMA queued
+ * without its event (the record failed), or one whose wait failed, must
+ * not go on writing into the ring or the pool after the copy returns. */
+static void drain_streams(const struct gp_bounce_span *spans, uint32_t count)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        bool seen = !spans[i].len; /* an empty span queued nothing */
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = spans[j].len && spans[j].stream == spans[i].stream;
+        if (!seen) /* a stream names its context: none need be current */
+            GP_REAL(cuStreamSynchronize)(spans[i].stream);
+    }
+}
+
 int gp_bounce_copy(struct gp_bounce *b, bool to_host, const struct gp_bounce_span *spans, uint32_t count)
 {
     struct cursor cur = { .spans = spans, .count = count };
@@ -315,6 +329,8 @@ int gp_bounce_copy(struct gp_bounce *b, bool to_host, const struct gp_bounce_spa
     b->current_device = -1;
     err = to_host ? copy_out(b, &cur) : copy_in(b, &cur);
     stop_workers(b);
+    if (err)
+        drain_streams(spans, count);
     return err;
 }
 
@@ -361,7 +377,7 @@ void gp_bounce_destroy(struct gp_bounce *b)
     CUresult cu = CUDA_SUCCESS;
     for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++)
         for (uint32_t i = 0; i < b->nslots; i++)
-            if (b->slots[i].done[d] && gp_contexts_use_primary(d, &cu) == 0)
+            if (b->slots[i].done[d]) /* needs no current context */
                 GP_REAL(cuEventDestroy_v2)(b->slots[i].done[d]);
     if (b->pinned && gp_contexts_use_primary(b->device, &cu) == 0)
         GP_REAL(cuMemHostUnregister)(b->ring);

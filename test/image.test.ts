@@ -349,6 +349,21 @@ describe('frame codec', () => {
     }
   });
 
+  it('decompresses into a destination of exactly the frame\'s length, and refuses any other', () => {
+    const raw = pseudoRandom(100_000, 5);
+    const c = compressFrame(raw);
+    const place = new Uint8Array(raw.length + 20).fill(0xee);
+    const into = place.subarray(10, 10 + raw.length);
+    expect(decompressFrame(c, raw.length, 'f', into)).toBe(into);
+    expect(Buffer.from(into).equals(raw)).toBe(true);
+    expect(place[9]).toBe(0xee); // nothing written outside it
+    expect(place[10 + raw.length]).toBe(0xee);
+    expect(codeOf(() => decompressFrame(c, raw.length, 'f', place))).toBe('INTERNAL');
+    const damaged = Buffer.from(c);
+    damaged[damaged.length - 1]! ^= 0x01;
+    expect(codeOf(() => decompressFrame(damaged, raw.length, 'f', into))).toBe('IMAGE_DATA_CORRUPT');
+  });
+
   it('reports every kind of damage as IMAGE_DATA_CORRUPT', () => {
     const raw = pseudoRandom(50_000, 3);
     const good = compressFrame(raw);

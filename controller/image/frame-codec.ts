@@ -38,9 +38,13 @@ export function compressFrame(raw: Uint8Array, level = 1): Buffer {
  * Decompress one frame written by compressFrame and prove it intact: exactly
  * one zstd frame, with a checksum, declaring and producing `expectedLength`
  * bytes. `what` names the frame in the error (e.g. "frame 3 (device 0, 0x...)").
- * Any failure is IMAGE_DATA_CORRUPT.
+ * Any failure is IMAGE_DATA_CORRUPT. With `into` (exactly expectedLength
+ * bytes) the frame is decompressed there, with no buffer of its own: on a
+ * failure `into` holds part of the frame, which the caller must not use.
  */
-export function decompressFrame(compressed: Uint8Array, expectedLength: number, what: string): Buffer {
+export function decompressFrame(compressed: Uint8Array, expectedLength: number, what: string): Buffer;
+export function decompressFrame(compressed: Uint8Array, expectedLength: number, what: string, into: Uint8Array): Uint8Array;
+export function decompressFrame(compressed: Uint8Array, expectedLength: number, what: string, into?: Uint8Array): Uint8Array {
   const corrupt = (why: string, cause?: unknown): GpuckptError =>
     new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${what}: ${why}`, { cause });
 
@@ -69,7 +73,8 @@ export function decompressFrame(compressed: Uint8Array, expectedLength: number, 
   }
 
   dctx ??= new zstd.DCtx();
-  const out = Buffer.allocUnsafe(expectedLength);
+  if (into && into.length !== expectedLength) throw new GpuckptError('INTERNAL', `decompressing ${what}: a ${into.length}-byte destination for ${expectedLength} bytes`);
+  const out = into ?? Buffer.allocUnsafe(expectedLength);
   let produced: number;
   try {
     produced = dctx.decompress(out, compressed);

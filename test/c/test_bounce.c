@@ -1,7 +1,8 @@
 /* The bounce ring (interpose/bounce.c) against the fake libcuda: bytes land
  * where they belong in both directions, across spans of odd lengths, empty
- * spans and spans longer than the ring; a failing DMA, a failing wait and a
- * failing DMA back each end the copy with -EIO instead of hanging. */
+ * spans and spans longer than the ring; a failing DMA, a failing wait, a
+ * failing DMA back and a failing event record each end the copy with -EIO
+ * instead of hanging. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -67,7 +68,7 @@ static void setup(void)
     /* The fake reads this at its first call. Each DMA is called 7 times
      * by the first test, so the 9th is the second (and third) test's 2nd;
      * each queued DMA is waited for once: 30 waits before the last test. */
-    setenv("FAKE_CUDA_FAIL", "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40", 1);
+    setenv("FAKE_CUDA_FAIL", "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40,cuEventRecord:60", 1);
     static const struct { int idx; const char *name; } table[] = {
         { GP_IDX_cuEventCreate, "cuEventCreate" },
         { GP_IDX_cuEventRecord, "cuEventRecord" },
@@ -77,6 +78,7 @@ static void setup(void)
         { GP_IDX_cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2" },
         { GP_IDX_cuMemHostRegister_v2, "cuMemHostRegister_v2" },
         { GP_IDX_cuMemHostUnregister, "cuMemHostUnregister" },
+        { GP_IDX_cuStreamSynchronize, "cuStreamSynchronize" },
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
         gp_real[table[i].idx] = fn(table[i].name);
@@ -159,6 +161,19 @@ static void test_failing_wait_ends_the_copy(void)
     for (int i = 0; i < 4 && !failed; i++)
         failed = gp_bounce_copy(ring, i % 2 == 0, spans, NSPANS) == -EIO;
     CHECK(failed);
+}
+
+/* A DMA queued without its event: the copy fails, the stream is drained,
+ * and the ring copies correctly afterwards. */
+static void test_failing_event_record_ends_the_copy(void)
+{
+    int failed = 0;
+    for (int i = 0; i < 6 && !failed; i++)
+        failed = gp_bounce_copy(ring, true, spans, NSPANS) == -EIO;
+    CHECK(failed);
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == 0);
+    CHECK(host_matches(pattern));
     gp_bounce_destroy(ring);
     ring = NULL;
 }
@@ -170,5 +185,6 @@ int main(void)
     RUN(test_failing_dma_out_ends_the_copy);
     RUN(test_failing_dma_in_ends_the_copy);
     RUN(test_failing_wait_ends_the_copy);
+    RUN(test_failing_event_record_ends_the_copy);
     return HARNESS_END();
 }
