@@ -79,24 +79,13 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
   const t0 = performance.now();
   const clock = new PhaseClock();
   const holdDir = defaultHoldDir(pid);
-  // Asked at once: the controller's cuInit (0.04 s on the H200 hosts) runs
-  // while the shim answers. Awaited before anything moves, so a driver
-  // without the checkpoint API is still refused first.
-  const driverAsked = driverState(pid).then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  const session = await ShimSession.open(pid).catch(async (e: unknown) => {
-    await driverAsked;
-    throw e;
-  });
+  const session = await ShimSession.open(pid);
   clock.mark('connect');
   try {
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
-    const driverError = await driverAsked;
-    if (driverError) throw driverError;
+    await driverState(pid); // a driver without the checkpoint API is refused before anything moves
     const devices = await session.devices();
     const uuids = devices.map((d) => d.uuid);
     const needs = measureGpuNeeds(pid, devices, status);
