@@ -9,7 +9,7 @@
  * checkpoint (0.27-0.31 s more). Through the ring nothing large is ever
  * pinned: 16 GiB went out in 0.65 s (faulting the memory in included) and
  * back in 0.44 s on an H200 host where the pinning pipeline took 0.73-0.88 s
- * plus 0.27 s of unpinning (.device/exp/bounce.c). */
+ * plus 0.27 s of unpinning (test/gpu/probes/bounce.c). */
 #ifndef GPUCKPT_BOUNCE_H
 #define GPUCKPT_BOUNCE_H
 
