@@ -20,7 +20,7 @@ import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manife
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
-import { ShimSession, type StagingMemory } from './session.js';
+import { closeStaging, ShimSession, type StagingMemory } from './session.js';
 import { MAX_RANGES_PER_COPY, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
 import { native, PoolState } from '../native/index.js';
@@ -125,7 +125,7 @@ export async function writePoolImage(
     const pool = codecs;
     const mapStaging = async (bytes: number, ready: boolean): Promise<StagingMemory> => {
       staging = await session.mapStaging(bytes, 'shared', ready);
-      await pool.mapStaging(staging.fd, staging.size);
+      await pool.mapStaging(staging);
       return staging;
     };
     // Sized from a status taken before the pause; if the application
@@ -222,7 +222,7 @@ export async function writePoolImage(
     throw e;
   } finally {
     await codecs?.close();
-    if (staging) native().closeFd(staging.fd);
+    if (staging) closeStaging(staging);
   }
 }
 

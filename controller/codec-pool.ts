@@ -9,7 +9,7 @@ import { GpuckptError, type ErrorCode } from './errors.js';
 import { faultPoint } from './faults.js';
 
 export type CodecTask =
-  | { id: number; op: 'map'; fd: number; size: number }
+  | { id: number; op: 'map'; fds: number[]; fileBytes: number; size: number }
   | { id: number; op: 'compress'; offset: number; length: number; level: number }
   | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string }
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
@@ -60,9 +60,10 @@ export class CodecPool {
     return this.slots.length;
   }
 
-  /** Maps the staging memfd in every worker. */
-  async mapStaging(fd: number, size: number): Promise<void> {
-    await Promise.all(this.slots.map((s) => this.send(s, { op: 'map', fd, size }, [])));
+  /** Maps the staging memfds in every worker. */
+  async mapStaging(staging: { fds: number[]; fileBytes: number; size: number }): Promise<void> {
+    const { fds, fileBytes, size } = staging;
+    await Promise.all(this.slots.map((s) => this.send(s, { op: 'map', fds, fileBytes, size }, [])));
   }
 
   async compress(offset: number, length: number, level: number): Promise<Uint8Array> {

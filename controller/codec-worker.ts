@@ -1,7 +1,7 @@
 /**
  * Worker thread of the codec pool: compresses and decompresses frames, and
- * digests blocks, straight from and into the staging memory it maps itself (the memfd is
- * shared by every thread of the controller and by the shim), so raw pool
+ * digests blocks, straight from and into the staging memory it maps itself (the memfds
+ * are shared by every thread of the controller and by the shim), so raw pool
  * data never crosses a thread boundary by copy.
  */
 import { parentPort, workerData } from 'node:worker_threads';
@@ -17,12 +17,12 @@ import type { CodecReply, CodecTask } from './codec-pool.js';
  */
 const WINDOW = 1024 * 1024 * 1024;
 const MAX_TASK = 64 * 1024 * 1024;
-let staging: { fd: number; size: number; windows: Map<number, Uint8Array> } | undefined;
+let staging: { fds: number[]; fileBytes: number; size: number; windows: Map<number, Uint8Array> } | undefined;
 
 function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
   switch (task.op) {
     case 'map':
-      staging = { fd: task.fd, size: task.size, windows: new Map() };
+      staging = { fds: task.fds, fileBytes: task.fileBytes, size: task.size, windows: new Map() };
       return { reply: { id: task.id }, transfer: [] };
     case 'compress': {
       const out = compressFrame(stagingView(task.offset, task.length), task.level);
@@ -64,7 +64,7 @@ function stagingView(offset: number, length: number): Uint8Array {
   let win = staging.windows.get(k);
   if (!win) {
     const start = k * WINDOW;
-    win = new Uint8Array(native().mapFd(staging.fd, Math.min(WINDOW + MAX_TASK, staging.size - start), start));
+    win = new Uint8Array(native().mapFiles(staging.fds, staging.fileBytes, staging.size, start, Math.min(WINDOW + MAX_TASK, staging.size - start)));
     staging.windows.set(k, win);
   }
   const at = offset - k * WINDOW;

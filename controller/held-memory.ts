@@ -11,9 +11,9 @@ import { join } from 'node:path';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
 import type { PhaseClock } from './phase-clock.js';
-import type { ShimSession } from './session.js';
+import { closeStaging, type ShimSession } from './session.js';
 import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
-import { native, type StatusReply } from '../native/index.js';
+import type { StatusReply } from '../native/index.js';
 
 const LAYOUT_FILE = 'held-layout.json';
 
@@ -90,7 +90,7 @@ export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock
     clock?.mark('copy');
     return (performance.now() - c0) / 1000;
   } finally {
-    if (staging.fd >= 0) native().closeFd(staging.fd);
+    closeStaging(staging);
   }
 }
 

@@ -16,10 +16,10 @@ import { openChain, type ChainSource } from './image/chain.js';
 import { frameLabel, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
-import type { ShimSession, StagingMemory } from './session.js';
+import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
 import { batches, MAX_RANGES_PER_COPY, packAll, packedBytes, stagingBytes } from './staging-plan.js';
 import { verifyFrames } from './verify-frames.js';
-import { native, type CopyRange } from '../native/index.js';
+import type { CopyRange } from '../native/index.js';
 
 export interface LoaderOptions {
   stagingLimit?: bigint;
@@ -54,7 +54,7 @@ export class PoolLoader {
       staging = await session.mapStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
       codecs = new CodecPool(opts.workers);
       const progress = new Progress(opts.progress);
-      await codecs.mapStaging(staging.fd, staging.size);
+      await codecs.mapStaging(staging);
       const fits = packedBytes(sources) <= staging.size;
       const loader = new PoolLoader(chain, staging, codecs, fits ? packAll(sources) : batches(sources, staging.size), fits, progress);
       if (fits) await loader.decompress(loader.groups.flat());
@@ -62,7 +62,7 @@ export class PoolLoader {
       return loader;
     } catch (e) {
       await codecs?.close();
-      if (staging) native().closeFd(staging.fd);
+      if (staging) closeStaging(staging);
       await Promise.all(parents.map((p) => p.close()));
       throw e;
     }
@@ -91,7 +91,7 @@ export class PoolLoader {
   async close(): Promise<void> {
     this.progress.done();
     await this.codecs.close();
-    native().closeFd(this.staging.fd);
+    closeStaging(this.staging);
     await Promise.all(this.chain.slice(1).map((p) => p.close()));
   }
 

@@ -36,10 +36,17 @@ const QUIESCE_ROLLBACK = 1;
 const COPY_COMPLETES = 1;
 
 export interface StagingMemory {
-  /** -1 for memory only the shim sees. */
-  fd: number;
+  /** The memfds laid end to end, fileBytes each (the last one up to size); none for memory only the shim sees. */
+  fds: number[];
+  fileBytes: number;
   size: number;
   registerNs: number;
+}
+
+/** Closes the staging's memfds in this process (the shim keeps its own). */
+export function closeStaging(staging: StagingMemory): void {
+  for (const fd of staging.fds) native().closeFd(fd);
+  staging.fds = [];
 }
 
 export class ShimSession {
@@ -166,13 +173,18 @@ export class ShimSession {
    */
   async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared', ready = kind === 'shared'): Promise<StagingMemory> {
     const flags = { shared: 0, private: STAGING_PRIVATE, held: STAGING_HELD }[kind] | (ready ? STAGING_READY : 0);
-    const rep = await this.request<{ size: bigint; registerNs: number; fd?: number }>(
+    const rep = await this.request<{ size: bigint; registerNs: number; fileBytes: bigint; files: number; fds?: number[] }>(
       MessageType.STAGING_MAP,
       kind === 'held' ? 'map the held pool data' : 'map staging memory',
       { size: BigInt(size), flags },
     );
-    if (rep.fd === undefined && kind === 'shared') throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent no staging memory`);
-    return { fd: rep.fd ?? -1, size: Number(rep.size), registerNs: rep.registerNs };
+    const staging = { fds: rep.fds ?? [], fileBytes: Number(rep.fileBytes), size: Number(rep.size), registerNs: rep.registerNs };
+    const whole = staging.fds.length === rep.files && (rep.files === 0 || staging.fileBytes * rep.files >= staging.size);
+    if (!whole || (kind === 'shared' && rep.files === 0)) {
+      closeStaging(staging);
+      throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent ${staging.fds.length} of ${rep.files} staging memfds for ${staging.size} bytes`);
+    }
+    return staging;
   }
 
   /** Frees the staging memory in the application. */

@@ -57,9 +57,11 @@ int gp_config_load(struct gp_config *c)
     err = err ?: size_var("GPUCKPT_CHUNK_SIZE", GP_DEFAULT_CHUNK_SIZE, &c->chunk_size);
     err = err ?: size_var("GPUCKPT_POOL_RETAIN", GP_DEFAULT_RETAIN, &c->retain_bytes);
     err = err ?: size_var("GPUCKPT_STAGING_PIECE", GP_DEFAULT_STAGING_PIECE, &c->staging_piece);
+    err = err ?: size_var("GPUCKPT_STAGING_FILE", GP_DEFAULT_STAGING_FILE, &c->staging_file);
     if (err)
         return err;
     c->staging_piece = (c->staging_piece + 4095) / 4096 * 4096;
+    c->staging_file = c->staging_file ? (c->staging_file + 4095) / 4096 * 4096 : GP_DEFAULT_STAGING_FILE;
     /* Round the slice up to whole chunks so every chunk lies in one slice. */
     if (c->chunk_size && c->slice_size % c->chunk_size)
         c->slice_size += c->chunk_size - c->slice_size % c->chunk_size;

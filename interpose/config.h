@@ -21,6 +21,8 @@
 #define GP_DEFAULT_CHUNK_SIZE (32ull << 20)
 #define GP_DEFAULT_RETAIN (1ull << 30)
 #define GP_DEFAULT_STAGING_PIECE (256ull << 20)
+/* Bytes per staging memfd (at least: GPCK_MAX_STAGING_FILES bounds the count). */
+#define GP_DEFAULT_STAGING_FILE (256ull << 20)
 /* cudaMalloc guarantees 256-byte alignment and in practice hands out 512;
  * large blocks start on 2 MiB so they share as few chunks as possible. */
 #define GP_QUANTUM 512ull
@@ -32,6 +34,7 @@ struct gp_config {
     uint64_t chunk_size;
     uint64_t retain_bytes;
     uint64_t staging_piece;
+    uint64_t staging_file;
     bool disabled;
     char run_dir[256];
 };

@@ -35,7 +35,7 @@ static enum { RUNNING, SUSPENDED, RESTORING, ROLLING_BACK, HALF_RESTORED } suspe
 static bool restore_complete;
 static char held_image[GPCK_PATH_LEN];
 /* The pool's data itself, when a suspend kept it in staging memory. */
-static struct gp_held held_data = { .fd = -1 };
+static struct gp_held held_data;
 
 static uint32_t pool_state_now(void)
 {
@@ -270,7 +270,7 @@ static int handle_drop_held(const void *payload, uint32_t len)
         return err;
     if (suspension != SUSPENDED)
         return -EINVAL;
-    if (held_data.fd < 0)
+    if (!held_data.base)
         return -ENOENT;
     gp_held_drop(&held_data);
     memcpy(held_image, req->image, sizeof(held_image));
@@ -339,7 +339,7 @@ static int first_active_device(void)
 }
 
 static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t len, struct gpck_staging_rep *rep,
-                              int *send_fd)
+                              struct gp_fds *send)
 {
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
@@ -358,7 +358,9 @@ static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t
     if (err)
         return err;
     rep->size = c->staging.size;
-    *send_fd = c->staging.fd;
+    rep->file_bytes = c->staging.nfds ? c->staging.file_bytes : 0;
+    rep->files = c->staging.nfds;
+    *send = (struct gp_fds){ .fds = c->staging.fds, .count = c->staging.nfds };
     return 0;
 }
 
@@ -590,11 +592,16 @@ static int handle_live_window(struct gp_client *c, const void *payload, uint32_t
     return 0;
 }
 
+void gp_client_fds_sent(struct gp_client *c)
+{
+    gp_staging_close_files(&c->staging); /* the only fds a reply passes */
+}
+
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, int *send_fd)
+                      uint32_t *reply_len, struct gp_fds *send)
 {
     uint32_t len = h->payload_len;
-    *send_fd = -1;
+    *send = (struct gp_fds){ 0 };
     switch (h->type) {
     case GPCK_HELLO:
         *reply_len = sizeof(struct gpck_hello_rep);
@@ -616,7 +623,7 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
         return handle_list(payload, len, reply, reply_len);
     case GPCK_STAGING_MAP:
         *reply_len = sizeof(struct gpck_staging_rep);
-        return handle_staging_map(c, payload, len, reply, send_fd);
+        return handle_staging_map(c, payload, len, reply, send);
     case GPCK_STAGING_UNMAP:
         gp_staging_destroy(&c->staging);
         return 0;

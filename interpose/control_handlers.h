@@ -19,12 +19,20 @@ struct gp_client {
     struct gp_staging staging;
 };
 
+/* Fds a reply passes (SCM_RIGHTS), owned by the handler's side. */
+struct gp_fds {
+    const int *fds;
+    uint32_t count;
+};
+
 /* Handles one request. payload has h->payload_len bytes; the reply payload
  * goes to reply (GPCK_MAX_MESSAGE bytes) with its length in *reply_len;
- * *send_fd >= 0 asks the server to pass that fd along. Returns the reply's
+ * the fds in *send (none by default) go along with it. Returns the reply's
  * status: 0 or -errno. */
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, int *send_fd);
+                      uint32_t *reply_len, struct gp_fds *send);
+/* The fds of a reply were sent: the handler's side closes them. */
+void gp_client_fds_sent(struct gp_client *c);
 /* The client went away or its lease expired: reopen the gate if it held it,
  * drop its staging memory. */
 void gp_client_release(struct gp_client *c);

@@ -71,25 +71,27 @@ static int open_listener(const struct gp_config *cfg)
     return fd;
 }
 
+static const struct gp_fds NO_FDS;
+
 static int send_message(int fd, uint16_t type, uint32_t seq, int32_t status, const void *payload, uint32_t len,
-                        int pass_fd)
+                        struct gp_fds pass)
 {
     struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, status, len, 0 };
     struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int) * GPCK_MAX_STAGING_FILES)];
         struct cmsghdr align;
     } ctl;
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
-    if (pass_fd >= 0) {
+    if (pass.count && pass.count <= GPCK_MAX_STAGING_FILES) {
         memset(&ctl, 0, sizeof(ctl));
         msg.msg_control = ctl.buf;
-        msg.msg_controllen = sizeof(ctl.buf);
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * pass.count);
         struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * pass.count);
+        memcpy(CMSG_DATA(cm), pass.fds, sizeof(int) * pass.count);
     }
     return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
@@ -117,17 +119,17 @@ static int accept_client(void)
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
         GP_WARN("control", "refused a peer of uid %d", len == sizeof(cred) ? (int)cred.uid : -1);
-        send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EACCES, NULL, 0, -1);
+        send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EACCES, NULL, 0, NO_FDS);
         close_refused(fd);
         return -EACCES;
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
         if (clients[i].fd < 0) {
-            clients[i] = (struct gp_client){ .fd = fd, .last_message_ns = gp_now_ns(), .staging = { .fd = -1 } };
+            clients[i] = (struct gp_client){ .fd = fd, .last_message_ns = gp_now_ns(), .staging = { .nfds = 0 } };
             return 0;
         }
     }
-    send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EUSERS, NULL, 0, -1);
+    send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EUSERS, NULL, 0, NO_FDS);
     close_refused(fd);
     return -EUSERS;
 }
@@ -161,19 +163,22 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
         if (++malformed <= 3)
             GP_WARN("control", "malformed message (%zd bytes): closing the connection%s", n,
                     malformed == 3 ? " (further ones silently)" : "");
-        send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, -1);
+        send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, NO_FDS);
         drop_client(c);
         return;
     }
     if (h->version != GPCK_PROTOCOL_VERSION && h->type != GPCK_HELLO) {
-        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EPROTONOSUPPORT, NULL, 0, -1);
+        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EPROTONOSUPPORT, NULL, 0, NO_FDS);
         drop_client(c);
         return;
     }
     uint32_t reply_len = 0;
-    int pass_fd = -1;
-    int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &pass_fd);
-    if (send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass_fd) < 0)
+    struct gp_fds pass = { 0 };
+    int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &pass);
+    int sent = send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass);
+    if (pass.count)
+        gp_client_fds_sent(c);
+    if (sent < 0)
         drop_client(c);
 }
 

@@ -1,9 +1,10 @@
-/* Staging memory: where pool data lies in host memory. Either a memfd the
- * controller maps too (the fd goes over the control socket), or private
+/* Staging memory: where pool data lies in host memory. Either memfds the
+ * controller maps too (the fds go over the control socket), laid end to
+ * end so both sides see one range (GPCK_MAX_STAGING_FILES says why), or private
  * anonymous memory with transparent huge pages that only the shim sees (a
  * suspend's held copy).
  *
- * The memfd is registered with cuMemHostRegister, so the copy engines write
+ * The memfds are registered with cuMemHostRegister, so the copy engines write
  * pool data straight into it at the link's speed (into pageable memory they
  * reach a quarter of it). Getting 16 GiB of it ready costs more than the
  * DMA itself (on the H200 hosts: faulting in 0.3-0.8 s, pinning 0.3-0.7 s,
@@ -22,12 +23,15 @@
 #include <stdint.h>
 
 #include "cuda_api.h"
+#include "gpuckpt_protocol.h"
 
 struct gp_staging_prep; /* the background preparation (staging.c) */
 struct gp_bounce;
 
 struct gp_staging {
-    int fd;                    /* the memfd; -1 for private staging */
+    int fds[GPCK_MAX_STAGING_FILES]; /* the memfds, in order, until sent; none for private staging */
+    uint32_t nfds;
+    uint64_t file_bytes;       /* bytes of each memfd but the last */
     uint8_t *base;
     uint64_t size;
     bool borrowed;             /* the held memory, mapped by the held record: not unmapped with s */
@@ -38,9 +42,9 @@ struct gp_staging {
 /* Staging memory a suspend keeps, mapped but unpinned, so the data
  * survives the driver checkpoint (pinned host memory makes it 0.3 s slower
  * and its restore 0.25 s slower, measured) and the controller's exit, and
- * goes back in without being touched again. base NULL: none. */
+ * goes back in without being touched again. Its memfds are closed: the
+ * mapping keeps them, and nothing else needs them. base NULL: none. */
 struct gp_held {
-    int fd;
     uint8_t *base;
     uint64_t size;
 };
@@ -58,6 +62,10 @@ int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *
 uint64_t gp_staging_ready(struct gp_staging *s, uint64_t offset);
 /* Waits until every piece is faulted in and pinned (or failed to pin). */
 void gp_staging_wait_all(struct gp_staging *s);
+/* Closes s's memfds once the controller has them: the mappings keep the
+ * memory, and an application near its fd limit is not left up to
+ * GPCK_MAX_STAGING_FILES fds short. */
+void gp_staging_close_files(struct gp_staging *s);
 /* Unpins s (or drops its ring) and keeps it in held (whatever held had is dropped). */
 void gp_staging_hold(struct gp_staging *s, struct gp_held *held);
 void gp_held_drop(struct gp_held *held);

@@ -101,6 +101,8 @@ interface NativeModule {
   Session: new (socketPath: string) => NativeSession;
   /** Maps [offset, offset+size) of fd; size <= 4 GiB, offset page-aligned. */
   mapFd(fd: number, size: bigint | number, offset?: bigint | number): ArrayBuffer;
+  /** Maps [offset, offset+length) of files laid end to end, fileBytes each (the shim's staging memfds); length <= 4 GiB, offset page-aligned. */
+  mapFiles(fds: number[], fileBytes: bigint | number, size: bigint | number, offset: bigint | number, length: bigint | number): ArrayBuffer;
   closeFd(fd: number): void;
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };

@@ -205,6 +205,8 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       if (auto* r = As<gpck_staging_rep>(b)) {
         o.Set("size", Big(env, r->size));
         o.Set("registerNs", Num(env, static_cast<double>(r->register_ns)));
+        o.Set("fileBytes", Big(env, r->file_bytes));
+        o.Set("files", Num(env, r->files));
       }
       break;
     case GPCK_SUSPEND_POOL:
@@ -263,7 +265,7 @@ class RequestWorker : public Napi::AsyncWorker {
       reply_.resize(GPCK_MAX_MESSAGE);
       iovec in{reply_.data(), reply_.size()};
       union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int) * GPCK_MAX_STAGING_FILES)];
         cmsghdr align;
       } ctl;
       msghdr r{};
@@ -280,8 +282,21 @@ class RequestWorker : public Napi::AsyncWorker {
         sys_errno_ = ECONNRESET;
         return;
       }
-      for (cmsghdr* c = CMSG_FIRSTHDR(&r); c; c = CMSG_NXTHDR(&r, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(&fd_received_, CMSG_DATA(c), sizeof(int));
+      for (cmsghdr* c = CMSG_FIRSTHDR(&r); c; c = CMSG_NXTHDR(&r, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        const unsigned char* data = CMSG_DATA(c);
+        for (size_t i = 0; i < count; i++) {
+          int received;
+          memcpy(&received, data + i * sizeof(int), sizeof(int));
+          fds_received_.push_back(received);
+        }
+      }
+      if (r.msg_flags & MSG_CTRUNC) {  // fds the kernel dropped: a reply this client cannot use
+        CloseReceived();
+        sys_errno_ = EPROTO;
+        return;
+      }
       if (static_cast<size_t>(n) < sizeof(gpck_header)) {
         sys_errno_ = EPROTO;
         return;
@@ -298,8 +313,7 @@ class RequestWorker : public Napi::AsyncWorker {
         return;
       }
       if (rh.seq != seq_ || rh.type != (type_ | GPCK_REPLY)) {
-        if (fd_received_ >= 0) close(fd_received_);
-        fd_received_ = -1;
+        CloseReceived();
         continue;
       }
       status_ = rh.status;
@@ -312,22 +326,35 @@ class RequestWorker : public Napi::AsyncWorker {
   void OnOK() override {
     Napi::Env env = Env();
     if (sys_errno_) {
+      CloseReceived();
       deferred_.Reject(ErrnoError(env, "control socket", sys_errno_, true).Value());
       return;
     }
     if (status_ < 0) {
-      if (fd_received_ >= 0) close(fd_received_);
+      CloseReceived();
       deferred_.Reject(ErrnoError(env, "shim", -status_, false).Value());
       return;
     }
     Napi::Value v = DecodeReply(env, type_, reply_);
-    if (fd_received_ >= 0) v.As<Napi::Object>().Set("fd", Napi::Number::New(env, fd_received_));
+    if (!fds_received_.empty()) {
+      Napi::Array fds = Napi::Array::New(env, fds_received_.size());
+      for (size_t i = 0; i < fds_received_.size(); i++) fds.Set(static_cast<uint32_t>(i), Napi::Number::New(env, fds_received_[i]));
+      v.As<Napi::Object>().Set("fds", fds);
+    }
     deferred_.Resolve(v);
   }
 
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnError(const Napi::Error& e) override {
+    CloseReceived();
+    deferred_.Reject(e.Value());
+  }
 
  private:
+  void CloseReceived() {
+    for (int f : fds_received_) close(f);
+    fds_received_.clear();
+  }
+
   Napi::Promise::Deferred deferred_;
   int fd_;
   uint16_t type_;
@@ -337,7 +364,7 @@ class RequestWorker : public Napi::AsyncWorker {
   std::vector<uint8_t> reply_;
   int sys_errno_ = 0;
   int32_t status_ = 0;
-  int fd_received_ = -1;
+  std::vector<int> fds_received_;
 };
 
 }  // namespace

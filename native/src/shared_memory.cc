@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -45,6 +46,50 @@ Napi::Value MapFd(const Napi::CallbackInfo& info) {
   }
   auto* m = new Mapping{p, size};
   auto buf = Napi::ArrayBuffer::New(env, p, size, [](Napi::Env, void*, Mapping* m) {
+    munmap(m->base, m->size);
+    delete m;
+  }, m);
+  buf.TypeTag(&kMappingTag);
+  return buf;
+}
+
+// mapFiles(fds, fileBytes, size, offset, length): ArrayBuffer over
+// [offset, offset+length) of files laid end to end (fileBytes each, the last
+// one up to size): the shim's staging memfds, seen as one range as the shim
+// sees them. offset page-aligned, length <= 4 GiB.
+Napi::Value MapFiles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array fds = info[0].As<Napi::Array>();
+  uint64_t file_bytes = ToU64(info[1]);
+  uint64_t size = ToU64(info[2]);
+  uint64_t offset = ToU64(info[3]);
+  uint64_t length = ToU64(info[4]);
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (length == 0 || length > kMaxView || offset % page || file_bytes == 0 || file_bytes % page ||
+      offset + length > size || (size + file_bytes - 1) / file_bytes > fds.Length()) {
+    ErrnoError(env, "mapFiles", EINVAL).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  uint64_t span = (length + page - 1) / page * page;
+  auto* base = static_cast<uint8_t*>(mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  if (base == MAP_FAILED) {
+    ErrnoError(env, "mapFiles", errno).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  for (uint64_t at = offset; at < offset + span;) {
+    uint64_t file = at / file_bytes, in_file = at % file_bytes;
+    uint64_t n = std::min(file_bytes - in_file, offset + span - at);
+    int fd = fds.Get(static_cast<uint32_t>(file)).As<Napi::Number>().Int32Value();
+    if (mmap(base + (at - offset), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(in_file)) == MAP_FAILED) {
+      int err = errno;
+      munmap(base, span);
+      ErrnoError(env, "mapFiles", err).ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    at += n;
+  }
+  auto* m = new Mapping{base, span};
+  auto buf = Napi::ArrayBuffer::New(env, base, length, [](Napi::Env, void*, Mapping* m) {
     munmap(m->base, m->size);
     delete m;
   }, m);

@@ -34,6 +34,7 @@ static void test_defaults_and_overrides(void)
     CHECK(c.pool_base == GP_DEFAULT_POOL_BASE);
     CHECK(c.slice_size == GP_DEFAULT_SLICE_SIZE);
     CHECK(c.staging_piece == GP_DEFAULT_STAGING_PIECE);
+    CHECK(c.staging_file == GP_DEFAULT_STAGING_FILE);
     CHECK(!strcmp(c.run_dir, "/run/user/42/gpuckpt"));
     setenv("GPUCKPT_POOL_SIZE", "100M", 1); /* rounded up to whole chunks */
     setenv("GPUCKPT_RUN_DIR", "/tmp/somewhere", 1);
@@ -43,6 +44,9 @@ static void test_defaults_and_overrides(void)
     setenv("GPUCKPT_STAGING_PIECE", "5000", 1); /* rounded up to whole pages */
     CHECK(gp_config_load(&c) == 0 && c.staging_piece == 8192);
     unsetenv("GPUCKPT_STAGING_PIECE");
+    setenv("GPUCKPT_STAGING_FILE", "2M", 1);
+    CHECK(gp_config_load(&c) == 0 && c.staging_file == 2ull << 20);
+    unsetenv("GPUCKPT_STAGING_FILE");
     setenv("GPUCKPT_POOL_BASE", "nonsense", 1);
     CHECK(gp_config_load(&c) == -EINVAL);
     unsetenv("GPUCKPT_POOL_BASE");

@@ -32,7 +32,7 @@ export class Sandbox {
 
   /** Staging pieces of 64 KiB, so the small pools of these tests still copy across piece boundaries. */
   env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-    return { ...process.env, LD_LIBRARY_PATH: FAKE_LIB, GPUCKPT_RUN_DIR: this.runDir, GPUCKPT_LOG: 'error', GPUCKPT_STAGING_PIECE: '64K', ...extra };
+    return { ...process.env, LD_LIBRARY_PATH: FAKE_LIB, GPUCKPT_RUN_DIR: this.runDir, GPUCKPT_LOG: 'error', GPUCKPT_STAGING_PIECE: '64K', GPUCKPT_STAGING_FILE: '1M', ...extra };
   }
 
   cli(args: string[], extra: Record<string, string> = {}): { code: number | null; stdout: string; stderr: string } {
