@@ -163,10 +163,10 @@ export class ShimSession {
 
   /**
    * Asks the shim for size bytes of registered staging memory, shared with
-   * this process through a memfd. kind 'private': memory only the shim sees
-   * (fd -1), faster to get, for data this process never reads; 'held': the
-   * staging memory a suspend kept with the pool's data in it (shared or not
-   * as it was made). ready: prepared (faulted in, pinned) before this
+   * this process through memfds laid end to end. kind 'private': memory only
+   * the shim sees (no fds), faster to get, for data this process never reads;
+   * 'held': the staging memory a suspend kept with the pool's data in it (no
+   * fds either: the shim copies it back alone). ready: prepared (faulted in, pinned) before this
    * returns, so a live checkpoint's pause is the DMA alone (the default for
    * shared staging); otherwise prepared while the copies run (suspend and
    * resume: the total counts).

@@ -4,7 +4,7 @@
  * Transport: a Unix SOCK_SEQPACKET socket at <run dir>/<pid>.sock, mode 0600
  * in a 0700 directory owned by the user; the shim also refuses any peer whose
  * uid differs from its own (SO_PEERCRED). SEQPACKET keeps message boundaries
- * and carries the staging memfd with SCM_RIGHTS.
+ * and carries the staging memfds with SCM_RIGHTS.
  *
  * Every message is one datagram: struct gpck_header, then payload_len bytes.
  * A reply carries the request's type | GPCK_REPLY, the same seq, and status 0

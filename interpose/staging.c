@@ -229,13 +229,14 @@ void gp_staging_wait_all(struct gp_staging *s)
 
 /* Bytes per memfd: GPUCKPT_STAGING_FILE (256 MiB, a preparation piece
  * each, by default), more when that would take more than
- * GPCK_MAX_STAGING_FILES. */
+ * GPCK_MAX_STAGING_FILES; whole 2 MiB, so whole pages of any size. */
 static uint64_t file_bytes_for(uint64_t size)
 {
-    const uint64_t align = 2ull << 20, least = gp_shim_config()->staging_file;
+    const uint64_t align = 2ull << 20;
+    uint64_t least = gp_shim_config()->staging_file;
     uint64_t per = (size + GPCK_MAX_STAGING_FILES - 1) / GPCK_MAX_STAGING_FILES;
-    per = (per + align - 1) / align * align;
-    return per > least ? per : least;
+    per = per > least ? per : least;
+    return (per + align - 1) / align * align;
 }
 
 void gp_staging_close_files(struct gp_staging *s)
@@ -245,13 +246,13 @@ void gp_staging_close_files(struct gp_staging *s)
     s->nfds = 0;
 }
 
-/* Maps size bytes of memfds end to end at one reserved range. */
-static int map_files(struct gp_staging *s, uint64_t size)
+/* Maps size bytes of memfds of file_bytes end to end at one reserved range. */
+static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes)
 {
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return -errno;
-    *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes_for(size) };
+    *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
     for (uint64_t off = 0; off < size; off += s->file_bytes) {
         uint64_t n = size - off < s->file_bytes ? size - off : s->file_bytes;
         int fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC);
@@ -288,7 +289,14 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         madvise(p, size, MADV_HUGEPAGE); /* a hint: without THP it is 4 KiB pages */
         *out = (struct gp_staging){ .base = p, .size = size };
     } else {
-        int err = map_files(out, size);
+        int err = map_files(out, size, file_bytes_for(size));
+        /* An application short of fds (they are closed once sent, but
+         * open until then) still gets one memfd, slower to fault in. */
+        if ((err == -EMFILE || err == -ENFILE) && file_bytes_for(size) < size) {
+            GP_WARN("staging", "no fds for %llu memfds: staging as one",
+                    (unsigned long long)((size + file_bytes_for(size) - 1) / file_bytes_for(size)));
+            err = map_files(out, size, size);
+        }
         if (err)
             return err;
     }

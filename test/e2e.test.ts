@@ -67,6 +67,21 @@ for (const [variant, app] of Object.entries(APPS)) {
 }
 
 describe('the shim', () => {
+  it('stages through one memfd when the application is short of fds, and says so', async () => {
+    const { app: a, ready } = await box.start(APPS.linked, { env: { GPUCKPT_LOG: 'warn' } });
+    // 44 MiB of pool data in 2 MiB memfds wants 22 fds; 8 are left.
+    expect((await a.command('fds-left 8')).opened).toBeGreaterThan(8);
+    const image = box.path('img-few-fds');
+    const ck = box.cli(['checkpoint', String(a.pid), '--gpu-only', '-o', image, '--json']);
+    expect(ck.stderr).toBe('');
+    expect(ck.code).toBe(0);
+    await a.command('mutate');
+    expect(box.cli(['restore', image, '--into', String(a.pid), '--json']).code).toBe(0);
+    expect(sameBuffers((await a.command('state')).buffers, ready.buffers)).toBe(true);
+    expect(await a.quit()).toBe(0);
+    expect(a.stderr).toMatch(/staging: no fds for \d+ memfds: staging as one/);
+  });
+
   it('gives the same addresses run after run', async () => {
     const first = await box.start(APPS.linked);
     const second = await box.start(APPS.procAddress);

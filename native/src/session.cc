@@ -292,9 +292,9 @@ class RequestWorker : public Napi::AsyncWorker {
           fds_received_.push_back(received);
         }
       }
-      if (r.msg_flags & MSG_CTRUNC) {  // fds the kernel dropped: a reply this client cannot use
+      if (r.msg_flags & MSG_CTRUNC) {  // fds the kernel dropped (this process is out of fds): an unusable reply
         CloseReceived();
-        sys_errno_ = EPROTO;
+        sys_errno_ = EMFILE;
         return;
       }
       if (static_cast<size_t>(n) < sizeof(gpck_header)) {

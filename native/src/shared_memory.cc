@@ -65,7 +65,9 @@ Napi::Value MapFiles(const Napi::CallbackInfo& info) {
   uint64_t offset = ToU64(info[3]);
   uint64_t length = ToU64(info[4]);
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (length == 0 || length > kMaxView || offset % page || file_bytes == 0 || file_bytes % page ||
+  bool numbers = true;
+  for (uint32_t i = 0; i < fds.Length() && numbers; i++) numbers = fds.Get(i).IsNumber();
+  if (!numbers || length == 0 || length > kMaxView || offset % page || file_bytes == 0 || file_bytes % page ||
       offset + length > size || (size + file_bytes - 1) / file_bytes > fds.Length()) {
     ErrnoError(env, "mapFiles", EINVAL).ThrowAsJavaScriptException();
     return env.Undefined();

@@ -19,12 +19,15 @@
  *   rewrite      a thread rewrites the 40 MiB buffer whole, again and again
  *                (each time one launch: a pause finds it whole)
  *   rewritten    stop it; which rewrite the buffer holds, and whether whole
+ *   fds-left N   open /dev/null until no fd is left, then close N of them:
+ *                an application short of fds
  * Environment: APP_DEVICES=n buffers on n devices (default 1).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -410,6 +413,16 @@ int main(void)
             atomic_store(&stop_rewriter, 0);
             rewriting = !pthread_create(&rewriter_thread, NULL, rewriter, NULL);
             printf("{\"event\":\"rewriting\",\"started\":%s}\n", rewriting ? "true" : "false");
+            fflush(stdout);
+        } else if (!strncmp(line, "fds-left", 8)) {
+            int keep = atoi(line + 8), opened = 0, fd, last[64];
+            while ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) {
+                last[opened % 64] = fd;
+                opened++;
+            }
+            for (int i = 0; i < keep && i < opened && i < 64; i++)
+                close(last[(opened - 1 - i) % 64]);
+            printf("{\"event\":\"fds\",\"opened\":%d,\"left\":%d}\n", opened, keep);
             fflush(stdout);
         } else if (!strncmp(line, "managed", 7)) {
             use_device(0);
