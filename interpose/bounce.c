@@ -172,7 +172,7 @@ static int use_device(struct gp_bounce *b, int device)
     return err;
 }
 
-/* Queues s's DMA and an event after it. Called without the lock. */
+/* Queues s's DMA and an event after it. */
 static int queue_dma(struct gp_bounce *b, struct slot *s)
 {
     CUresult cu = CUDA_SUCCESS;
@@ -203,6 +203,24 @@ static int wait_dma(struct slot *s)
     return -EIO;
 }
 
+/* queue_dma and wait_dma for a caller holding the lock: the CUDA call
+ * runs without it, so the workers go on meanwhile. */
+static int queue_dma_unlocked(struct gp_bounce *b, struct slot *s)
+{
+    pthread_mutex_unlock(&b->lock);
+    int err = queue_dma(b, s);
+    pthread_mutex_lock(&b->lock);
+    return err;
+}
+
+static int wait_dma_unlocked(struct gp_bounce *b, struct slot *s)
+{
+    pthread_mutex_unlock(&b->lock);
+    int err = wait_dma(s);
+    pthread_mutex_lock(&b->lock);
+    return err;
+}
+
 /* Device to host: DMA into the next free slot, in order; a worker copies
  * each slot out once its DMA is done. After a failure nothing more is
  * queued and what is queued drains. */
@@ -221,9 +239,7 @@ static int copy_out(struct gp_bounce *b, struct cursor *cur)
             }
             s->ticket = issued;
             s->state = SLOT_DMA;
-            pthread_mutex_unlock(&b->lock);
-            int e = queue_dma(b, s);
-            pthread_mutex_lock(&b->lock);
+            int e = queue_dma_unlocked(b, s);
             if (e) {
                 err = e;
                 s->state = SLOT_FREE;
@@ -234,9 +250,7 @@ static int copy_out(struct gp_bounce *b, struct cursor *cur)
         }
         if (synced < issued) {
             struct slot *d = &b->slots[synced % b->nslots];
-            pthread_mutex_unlock(&b->lock);
-            int e = wait_dma(d);
-            pthread_mutex_lock(&b->lock);
+            int e = wait_dma_unlocked(b, d);
             err = err ? err : e;
             d->state = err ? SLOT_FREE : SLOT_TO_HOST; /* after a failure its bytes are not wanted */
             synced++;
@@ -276,9 +290,7 @@ static int copy_in(struct gp_bounce *b, struct cursor *cur)
             int e = 0;
             if (!err) {
                 q->state = SLOT_DMA;
-                pthread_mutex_unlock(&b->lock);
-                e = queue_dma(b, q);
-                pthread_mutex_lock(&b->lock);
+                e = queue_dma_unlocked(b, q);
             }
             err = err ? err : e;
             if (err)
@@ -290,9 +302,7 @@ static int copy_in(struct gp_bounce *b, struct cursor *cur)
             synced++; /* skipped after a failure */
         if (synced < issued) {
             struct slot *d = &b->slots[synced % b->nslots];
-            pthread_mutex_unlock(&b->lock);
-            int e = wait_dma(d);
-            pthread_mutex_lock(&b->lock);
+            int e = wait_dma_unlocked(b, d);
             err = err ? err : e;
             d->state = SLOT_FREE;
             synced++;

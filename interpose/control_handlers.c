@@ -358,7 +358,7 @@ static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t
     if (err)
         return err;
     rep->size = c->staging.size;
-    rep->file_bytes = c->staging.nfds ? c->staging.file_bytes : 0;
+    rep->file_bytes = c->staging.file_bytes; /* 0 for staging without memfds */
     rep->files = c->staging.nfds;
     *send = (struct gp_fds){ .fds = c->staging.fds, .count = c->staging.nfds };
     return 0;

@@ -2,7 +2,6 @@
 #include "staging.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,12 +288,13 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         madvise(p, size, MADV_HUGEPAGE); /* a hint: without THP it is 4 KiB pages */
         *out = (struct gp_staging){ .base = p, .size = size };
     } else {
-        int err = map_files(out, size, file_bytes_for(size));
+        uint64_t file_bytes = file_bytes_for(size);
+        int err = map_files(out, size, file_bytes);
         /* An application short of fds (they are closed once sent, but
          * open until then) still gets one memfd, slower to fault in. */
-        if ((err == -EMFILE || err == -ENFILE) && file_bytes_for(size) < size) {
+        if ((err == -EMFILE || err == -ENFILE) && file_bytes < size) {
             GP_WARN("staging", "no fds for %llu memfds: staging as one",
-                    (unsigned long long)((size + file_bytes_for(size) - 1) / file_bytes_for(size)));
+                    (unsigned long long)((size + file_bytes - 1) / file_bytes));
             err = map_files(out, size, size);
         }
         if (err)

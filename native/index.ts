@@ -99,8 +99,6 @@ interface NativeSession {
 
 interface NativeModule {
   Session: new (socketPath: string) => NativeSession;
-  /** Maps [offset, offset+size) of fd; size <= 4 GiB, offset page-aligned. */
-  mapFd(fd: number, size: bigint | number, offset?: bigint | number): ArrayBuffer;
   /** Maps [offset, offset+length) of files laid end to end, fileBytes each (the shim's staging memfds); length <= 4 GiB, offset page-aligned. */
   mapFiles(fds: number[], fileBytes: bigint | number, size: bigint | number, offset: bigint | number, length: bigint | number): ArrayBuffer;
   closeFd(fd: number): void;

@@ -15,7 +15,6 @@ namespace gpuckpt {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Session", Session::Init(env));
-  exports.Set("mapFd", Napi::Function::New(env, MapFd, "mapFd"));
   exports.Set("mapFiles", Napi::Function::New(env, MapFiles, "mapFiles"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("createMemfd", Napi::Function::New(env, CreateMemfd, "createMemfd"));

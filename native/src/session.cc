@@ -26,6 +26,21 @@ void Append(std::vector<uint8_t>& out, const T& v) {
   out.insert(out.end(), p, p + sizeof(T));
 }
 
+// args.ranges, an array of at most max entries; false with err set if not.
+bool RangesArg(const Napi::Object& args, uint32_t max, const char* too_many, Napi::Array& out, std::string& err) {
+  Napi::Value v = args.Get("ranges");
+  if (!v.IsArray()) {
+    err = "ranges must be an array";
+    return false;
+  }
+  out = v.As<Napi::Array>();
+  if (out.Length() > max) {
+    err = too_many;
+    return false;
+  }
+  return true;
+}
+
 // Builds the request payload from a JS object, per the protocol header.
 bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
   switch (type) {
@@ -66,16 +81,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
     }
     case GPCK_COPY_OUT:
     case GPCK_COPY_IN: {
-      Napi::Value rv = args.Get("ranges");
-      if (!rv.IsArray()) {
-        err = "ranges must be an array";
-        return false;
-      }
-      Napi::Array ranges = rv.As<Napi::Array>();
-      if (ranges.Length() > GPCK_MAX_COPY_RANGES) {
-        err = "too many ranges in one copy";
-        return false;
-      }
+      Napi::Array ranges;
+      if (!RangesArg(args, GPCK_MAX_COPY_RANGES, "too many ranges in one copy", ranges, err)) return false;
       Append(out, gpck_copy_req{ranges.Length(), static_cast<uint32_t>(ToU64(args.Get("flags")))});
       for (uint32_t i = 0; i < ranges.Length(); i++) {
         Napi::Object r = ranges.Get(i).As<Napi::Object>();
@@ -85,16 +92,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return true;
     }
     case GPCK_BLOCK_DIGEST: {
-      Napi::Value rv = args.Get("ranges");
-      if (!rv.IsArray()) {
-        err = "ranges must be an array";
-        return false;
-      }
-      Napi::Array ranges = rv.As<Napi::Array>();
-      if (ranges.Length() > GPCK_MAX_DIGEST_RANGES) {
-        err = "too many ranges in one digest request";
-        return false;
-      }
+      Napi::Array ranges;
+      if (!RangesArg(args, GPCK_MAX_DIGEST_RANGES, "too many ranges in one digest request", ranges, err)) return false;
       Append(out, gpck_digest_req{static_cast<uint32_t>(ToU64(args.Get("device"))), ranges.Length(), ToU64(args.Get("blockSize"))});
       for (uint32_t i = 0; i < ranges.Length(); i++) {
         Napi::Object r = ranges.Get(i).As<Napi::Object>();

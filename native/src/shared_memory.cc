@@ -28,31 +28,6 @@ const napi_type_tag kMappingTag = {0x6770636b70743031ULL, 0x6d617070696e6721ULL}
 // larger memory in windows.
 constexpr uint64_t kMaxView = 1ULL << 32;
 
-// mapFd(fd, size, offset = 0): ArrayBuffer over a MAP_SHARED mapping of
-// [offset, offset + size) of fd; offset page-aligned, size <= 4 GiB.
-Napi::Value MapFd(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int fd = info[0].As<Napi::Number>().Int32Value();
-  uint64_t size = ToU64(info[1]);
-  uint64_t offset = info.Length() > 2 ? ToU64(info[2]) : 0;
-  if (size == 0 || size > kMaxView || offset % static_cast<uint64_t>(sysconf(_SC_PAGESIZE))) {
-    ErrnoError(env, "mapFd", EINVAL).ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
-  if (p == MAP_FAILED) {
-    ErrnoError(env, "mapFd", errno).ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  auto* m = new Mapping{p, size};
-  auto buf = Napi::ArrayBuffer::New(env, p, size, [](Napi::Env, void*, Mapping* m) {
-    munmap(m->base, m->size);
-    delete m;
-  }, m);
-  buf.TypeTag(&kMappingTag);
-  return buf;
-}
-
 // mapFiles(fds, fileBytes, size, offset, length): ArrayBuffer over
 // [offset, offset+length) of files laid end to end (fileBytes each, the last
 // one up to size): the shim's staging memfds, seen as one range as the shim

@@ -7,7 +7,6 @@
 
 namespace gpuckpt {
 
-Napi::Value MapFd(const Napi::CallbackInfo& info);
 Napi::Value MapFiles(const Napi::CallbackInfo& info);
 Napi::Value CloseFd(const Napi::CallbackInfo& info);
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info);

@@ -193,7 +193,7 @@ static void test_copy_rules(void)
 
     struct gpck_staging_req sr = { .size = 1 << 20 };
     send_msg(fd, GPCK_STAGING_MAP, 5, &sr, sizeof(sr));
-    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */
+    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfds arrive; unused here) */
 
     send_msg(fd, GPCK_COPY_OUT, 6, buf, sizeof(buf)); /* 0x1000 is not pool memory */
     CHECK(recv_status(fd, NULL, 0) == -EFAULT);
@@ -251,15 +251,24 @@ static bool first_allocation(int fd, struct gpck_alloc_entry *e)
     return true;
 }
 
-static void test_digest_rules(void)
+/* A connection that said hello, and the shim's first allocation in *e;
+ * -1 (closed) when there is none. */
+static int connect_with_allocation(struct gpck_alloc_entry *e)
 {
     int fd = connect_shim();
     CHECK(hello(fd) == 0);
+    if (first_allocation(fd, e))
+        return fd;
+    close(fd);
+    return -1;
+}
+
+static void test_digest_rules(void)
+{
     struct gpck_alloc_entry e;
-    if (!first_allocation(fd, &e)) {
-        close(fd);
+    int fd = connect_with_allocation(&e);
+    if (fd < 0)
         return;
-    }
     uint8_t buf[sizeof(struct gpck_digest_req) + sizeof(struct gpck_digest_range)];
     struct gpck_digest_req *dr = (void *)buf;
     *dr = (struct gpck_digest_req){ .device = e.device, .count = 0, .block_size = 0 };
@@ -310,16 +319,13 @@ static void test_digest_rules(void)
  * closes with the request or with the connection. */
 static void test_live_window_rules(void)
 {
-    int fd = connect_shim();
-    CHECK(hello(fd) == 0);
     struct gpck_alloc_entry e;
-    if (!first_allocation(fd, &e)) {
-        close(fd);
+    int fd = connect_with_allocation(&e);
+    if (fd < 0)
         return;
-    }
     struct gpck_staging_req sr = { 1 << 20, 0, 0 };
     send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
-    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfd arrives; unused here) */
+    CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfds arrive; unused here) */
     uint8_t cbuf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
     struct gpck_copy_req *cr = (void *)cbuf;
     *cr = (struct gpck_copy_req){ .count = 1, .flags = 0 };

@@ -33,6 +33,15 @@ const ROWS = [
 
 const num = (v, unit) => (unit === 'GB' ? (v / 1e9).toFixed(2) : v < 10 ? v.toFixed(2) : v.toFixed(1));
 const all = (m, unit) => m.all.map((v) => num(v, unit)).join(', ');
+/** Under a workload's heading: the host, the date, the command and the runs. */
+const hostLine = (r) =>
+  `${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`;
+
+/** r's metric k (g), and as table cells, the median then every run: seconds (s), gigabytes (gb). */
+function cells(r) {
+  const g = (k) => r.metrics[k];
+  return { g, s: (k) => `${num(g(k).median, 's')} s (${all(g(k), 's')})`, gb: (k) => `${num(g(k).median, 'GB')} GB (${all(g(k), 'GB')})` };
+}
 
 /** The shim's own cost: native against under the shim, no anchor. */
 function shimTable(r) {
@@ -56,15 +65,13 @@ function shimTable(r) {
 
 /** Incremental images: checkpoint --parent against the full checkpoint it follows, on the same process. */
 function incrementalTable(r) {
-  const g = (k) => r.metrics[k];
-  const s = (k) => `${num(g(k).median, 's')} s (${all(g(k), 's')})`;
-  const gb = (k) => `${num(g(k).median, 'GB')} GB (${all(g(k), 'GB')})`;
+  const { g, s, gb } = cells(r);
   const pct = (k) => `${(100 * g(k).median).toFixed(1)} % (${g(k).all.map((v) => (100 * v).toFixed(1)).join(', ')})`;
   const mark = (k) => (g(k).median <= 0.15 ? '≤ 15 %: met' : '≤ 15 %: **missed**');
   return [
     `### ${r.workload}`,
     '',
-    `${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`,
+    hostLine(r),
     '',
     '| | full checkpoint --gpu-only | checkpoint --gpu-only --parent (10 % changed) | incremental ÷ full | target |',
     '| --- | --- | --- | --- | --- |',
@@ -82,15 +89,13 @@ function incrementalTable(r) {
 
 /** checkpoint --live against the plain checkpoint, on one process whose job rewrites its pool throughout. */
 function liveTable(r) {
-  const g = (k) => r.metrics[k];
-  const s = (k) => `${num(g(k).median, 's')} s (${all(g(k), 's')})`;
+  const { g, s, gb } = cells(r);
   const ms = (k) => `${(1000 * g(k).median).toFixed(1)} ms (${g(k).all.map((v) => (1000 * v).toFixed(1)).join(', ')})`;
-  const gb = (k) => `${num(g(k).median, 'GB')} GB (${all(g(k), 'GB')})`;
   const pause = g('live_pause_seconds').median;
   return [
     `### ${r.workload}`,
     '',
-    `${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`,
+    hostLine(r),
     '',
     '| | checkpoint --gpu-only | checkpoint --gpu-only --live | plain ÷ live | target |',
     '| --- | --- | --- | --- | --- |',
@@ -122,7 +127,7 @@ function table(name, r) {
   const out = [];
   const kind = name;
   out.push(`### ${r.workload}`, '');
-  out.push(`${r.gpus}× ${r.gpu}, driver ${r.driver}, ${r.cpus} cores, ${r.hostMemGiB} GiB RAM; ${r.date}; \`${r.command}\`; medians of ${r.runs} run(s) on one process (every run listed).`, '');
+  out.push(hostLine(r), '');
   out.push('| | gpuckpt | anchor (driver API + CRIU) | anchor ÷ gpuckpt | target |', '| --- | --- | --- | --- | --- |');
   for (const [label, ours, theirs, unit, targets] of ROWS) {
     const a = r.metrics[ours];
