@@ -115,5 +115,7 @@ export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
 }
 
 export function printProcessRestore(s: ProcessRestoreSummary): void {
-  process.stderr.write(`gpuckpt: restored process ${s.pid} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s)\n`);
+  process.stderr.write(
+    `gpuckpt: restored process ${s.pid} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
+  );
 }

@@ -12,6 +12,7 @@ export type ErrorCode =
   | 'PROTOCOL_ERROR'
   | 'SHIM_ERROR'
   | 'SESSION_CLOSED'
+  | 'OUT_OF_FDS'
   // images
   | 'IMAGE_MISSING'
   | 'IMAGE_CHAIN_BROKEN'

@@ -1,22 +1,25 @@
 /**
- * Puts an image's pool data back into a process: staging memory from the
- * shim, frames decompressed into it by the codec workers, then DMA into the
- * pool at the frames' addresses. Used by rollback (restore --into) and by
- * resume. An incremental image brings its parents: each byte comes from
- * the newest image of the chain that holds it (image/chain.ts), checked
- * before anything is touched.
+ * Puts an image's pool data back into a process: staging memory made here,
+ * frames decompressed into it by the codec workers, the staging handed to
+ * the shim, then DMA into the pool at the frames' addresses. Used by
+ * rollback (restore --into), resume, and whole-process restore, which
+ * decompresses while CRIU brings the process back. An incremental image
+ * brings its parents: each byte comes from the newest image of the chain
+ * that holds it (image/chain.ts), checked before anything is touched.
  *
- * prepare() verifies every frame before the caller touches the process:
- * when staging holds all frames, verifying is decompressing into place and
- * nothing is left for the pause but DMA; otherwise each frame is checked
- * first and decompressed again, batch by batch, during copyIn().
+ * open() verifies every frame without touching any process: when staging
+ * holds all frames, verifying is decompressing into place and nothing is
+ * left for the pause but DMA; otherwise each frame is checked first and
+ * decompressed again, batch by batch, during copyIn().
  */
 import { CodecPool } from './codec-pool.js';
+import { isGpuckptError } from './errors.js';
 import { openChain, type ChainSource } from './image/chain.js';
 import { frameLabel, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
 import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
+import { createStaging } from './staging-files.js';
 import { batches, MAX_RANGES_PER_COPY, packAll, packedBytes, stagingBytes } from './staging-plan.js';
 import { verifyFrames } from './verify-frames.js';
 import type { CopyRange } from '../native/index.js';
@@ -31,19 +34,29 @@ type Source = ChainSource & { length: number };
 type PlacedSource = { item: Source; offset: number };
 
 export class PoolLoader {
+  /** Settles once every frame is in staging (fits) or checked (otherwise); rejects naming a damaged frame. */
+  private ready: Promise<void> = Promise.resolve();
+  /** ready resolved, with every frame in staging. */
+  private loaded = false;
+  /** Seconds from open() until ready settled. */
+  loadSeconds = 0;
+
   private constructor(
     /** The image and its parents, newest first (the caller owns the first). */
     private readonly chain: ImageReader[],
-    private readonly staging: StagingMemory,
+    private staging: StagingMemory,
     private readonly codecs: CodecPool,
     private readonly groups: PlacedSource[][],
-    /** True when every frame is already decompressed in staging. */
+    /** True when every frame is decompressed into staging before the copies. */
     readonly fits: boolean,
     private readonly progress: Progress,
   ) {}
 
-  /** Opens reader's parents, maps staging in the process behind session and verifies the data. */
-  static async prepare(session: ShimSession, reader: ImageReader, opts: LoaderOptions): Promise<PoolLoader> {
+  /**
+   * Opens reader's parents, makes staging and starts loading it: no process
+   * is touched. whenReady() or attach() says how that went.
+   */
+  static async open(reader: ImageReader, opts: LoaderOptions): Promise<PoolLoader> {
     const { parents, sources: plan } = await openChain(reader);
     const chain = [reader, ...parents];
     let staging: StagingMemory | undefined;
@@ -51,14 +64,12 @@ export class PoolLoader {
     try {
       const sources: Source[] = plan.map((s) => ({ ...s, length: s.frame.length }));
       const rawBytes = sources.reduce((sum, s) => sum + BigInt(s.length), 0n);
-      staging = await session.mapStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
+      staging = createStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
       codecs = new CodecPool(opts.workers);
-      const progress = new Progress(opts.progress);
       await codecs.mapStaging(staging);
       const fits = packedBytes(sources) <= staging.size;
-      const loader = new PoolLoader(chain, staging, codecs, fits ? packAll(sources) : batches(sources, staging.size), fits, progress);
-      if (fits) await loader.decompress(loader.groups.flat());
-      else await verifyFrames(sources.map((s) => ({ reader: chain[s.image]!, index: s.frameIndex })), codecs, progress, 'restore');
+      const loader = new PoolLoader(chain, staging, codecs, fits ? packAll(sources) : batches(sources, staging.size), fits, new Progress(opts.progress));
+      loader.startLoading();
       return loader;
     } catch (e) {
       await codecs?.close();
@@ -66,6 +77,68 @@ export class PoolLoader {
       await Promise.all(parents.map((p) => p.close()));
       throw e;
     }
+  }
+
+  /** open() and attach() in one: what a caller with the process at hand does. */
+  static async prepare(session: ShimSession, reader: ImageReader, opts: LoaderOptions): Promise<PoolLoader> {
+    const loader = await PoolLoader.open(reader, opts);
+    try {
+      await loader.attach(session);
+      return loader;
+    } catch (e) {
+      await loader.close();
+      throw e;
+    }
+  }
+
+  /** The image restored (the newest of its chain). */
+  get reader(): ImageReader {
+    return this.chain[0]!;
+  }
+
+  /** Waits until the data is loaded (or, when staging cannot hold it, checked). */
+  whenReady(): Promise<void> {
+    return this.ready;
+  }
+
+  /**
+   * Hands the staging to the process behind session and waits for the
+   * loading. Still loading, the shim pins the staging meanwhile and the
+   * DMA runs straight from it; loaded already (whole-process restore),
+   * pinning could overlap nothing, so copies go through the shim's bounce
+   * ring. An application out of fds cannot take it: the shim's own
+   * staging is loaded instead.
+   */
+  async attach(session: ShimSession): Promise<void> {
+    try {
+      await session.giveStaging(this.staging, this.loaded);
+    } catch (e) {
+      if (!isGpuckptError(e, 'OUT_OF_FDS')) throw e;
+      await this.ready;
+      const theirs = await session.mapStaging(this.staging.size, 'shared', false);
+      closeStaging(this.staging);
+      this.staging = theirs;
+      await this.codecs.mapStaging(theirs);
+      // Checked frames are decompressed batch by batch during copyIn(); loaded ones go in again.
+      if (this.fits) this.startLoading();
+    }
+    await this.ready;
+  }
+
+  private startLoading(): void {
+    const t0 = performance.now();
+    const sources = this.groups.flat();
+    const loading = this.fits
+      ? this.decompress(sources)
+      : verifyFrames(sources.map(({ item }) => ({ reader: this.chain[item.image]!, index: item.frameIndex })), this.codecs, this.progress, 'restore');
+    this.loaded = false;
+    this.ready = loading
+      .then(() => {
+        this.loaded = this.fits;
+      })
+      .finally(() => (this.loadSeconds = (performance.now() - t0) / 1000));
+    // Observed by whenReady() or attach(); never an unhandled rejection meanwhile.
+    this.ready.catch(() => undefined);
   }
 
   /** DMA of every frame into the pool; the caller holds the process paused.
@@ -90,6 +163,7 @@ export class PoolLoader {
 
   async close(): Promise<void> {
     this.progress.done();
+    // Loading still under way is cut short: the workers stop once out of zstd.
     await this.codecs.close();
     closeStaging(this.staging);
     await Promise.all(this.chain.slice(1).map((p) => p.close()));

@@ -14,12 +14,13 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { CheckpointOptions } from './checkpoint.js';
-import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob } from './criu.js';
-import { GpuckptError } from './errors.js';
+import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob, type Criu } from './criu.js';
+import { GpuckptError, isGpuckptError } from './errors.js';
 import { openChain } from './image/chain.js';
 import { ImageReader, removeStaleTempDirs } from './image/index.js';
 import { tempDirName } from './image/temp-dirs.js';
 import { isAlive } from './processes.js';
+import { PoolLoader } from './pool-loader.js';
 import { checkGpuRoom, readGpuNeeds } from './gpu-room.js';
 import { gpuPairs, resolveGpu, resumeProcess, suspendProcess, type ResumeSummary } from './suspend.js';
 import { round } from './units.js';
@@ -97,8 +98,13 @@ export interface ProcessRestoreSummary {
   image: string;
   pid: number;
   criuSeconds: number;
+  /** Decompressing the pool image into staging, while CRIU ran. */
+  loadSeconds: number;
   resume: ResumeSummary;
+  /** Until the application runs again with all its data. */
   seconds: number;
+  /** Freeing the staging memory afterwards (the application is already running). */
+  cleanupSeconds: number;
   /** Without --detach: the application's exit status once it ends. */
   exitCode?: number | null;
   signal?: string | null;
@@ -111,46 +117,91 @@ export async function restoreProcess(
   const t0 = performance.now();
   // The pool image and the chain of its parents check out before anything runs.
   const reader = await ImageReader.open(image);
+  let loader: PoolLoader | undefined;
   try {
     const { parents } = await openChain(reader);
     await Promise.all(parents.map((p) => p.close()));
+    const criu = findCriu(opts.criu);
+    const m = reader.manifest;
+    const dir = join(reader.path, CRIU_DIR);
+    if (m.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
+      throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
+    const info = JSON.parse(readFileSync(join(dir, PROCESS_INFO), 'utf8')) as { pid: number; shellJob: boolean };
+    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
+    refuseOtherChip(m.devices.map((d) => d.name), target?.name);
+    if (isAlive(info.pid)) throw new GpuckptError('PID_IN_USE', `process ${info.pid} is running: CRIU restores a process under its own PID, which must be free`);
+    const taken = m.devices.map((d) => d.uuid);
+    checkGpuRoom(info.pid, readGpuNeeds(reader.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
+
+    // The pool image is decompressed while CRIU brings the process back:
+    // neither waits for the other.
+    loader = await PoolLoader.open(reader, opts);
+    const restored = await restoreWithCriu(criu, dir, info.shellJob, !!opts.detach, reader.path);
+    const criuSeconds = (performance.now() - t0) / 1000;
+    try {
+      await loader.whenReady();
+    } catch (e) {
+      // Without its GPU data the process cannot run, and it holds the PID
+      // another restore needs: it is ended (the image is as it was).
+      endProcess(info.pid);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`);
+    }
+    const resume = await resumeProcess(info.pid, { loader, keepImage: true, device: opts.device, progress: opts.progress });
+    const seconds = (performance.now() - t0) / 1000;
+    const c0 = performance.now();
+    const loadSeconds = loader.loadSeconds;
+    await loader.close();
+    loader = undefined;
+    const summary: ProcessRestoreSummary = {
+      image: reader.path,
+      pid: info.pid,
+      criuSeconds: round(criuSeconds),
+      loadSeconds: round(loadSeconds),
+      resume,
+      seconds: round(seconds),
+      cleanupSeconds: round((performance.now() - c0) / 1000),
+    };
+    if (!opts.detach) {
+      const end = await restored.done;
+      summary.exitCode = end.code;
+      summary.signal = end.signal;
+    }
+    return summary;
   } finally {
+    await loader?.close();
     await reader.close();
   }
-  const criu = findCriu(opts.criu);
-  const m = reader.manifest;
-  const dir = join(reader.path, CRIU_DIR);
-  if (m.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
-    throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
-  const info = JSON.parse(readFileSync(join(dir, PROCESS_INFO), 'utf8')) as { pid: number; shellJob: boolean };
-  const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
-  refuseOtherChip(m.devices.map((d) => d.name), target?.name);
-  if (isAlive(info.pid)) throw new GpuckptError('PID_IN_USE', `process ${info.pid} is running: CRIU restores a process under its own PID, which must be free`);
-  const taken = m.devices.map((d) => d.uuid);
-  checkGpuRoom(info.pid, readGpuNeeds(reader.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
+}
 
+/**
+ * `criu restore` of dir: returns once the process is back (CRIU wrote the
+ * pidfile, or, detached, exited), with CRIU's exit to come (attached: when
+ * the application ends).
+ */
+async function restoreWithCriu(criu: Criu, dir: string, shellJob: boolean, detach: boolean, image: string): Promise<{ done: Promise<ChildExit> }> {
   const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const child = criuRestore(criu, dir, { detach: !!opts.detach, shellJob: info.shellJob, pidFile });
-  let exited: { code: number | null; signal: string | null } | undefined;
-  const done = new Promise<{ code: number | null; signal: string | null }>((res) =>
-    child.on('exit', (code, signal) => res((exited = { code, signal }))),
-  );
+  const child = criuRestore(criu, dir, { detach, shellJob, pidFile });
+  let exited: ChildExit | undefined;
+  const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
   // Restored once CRIU wrote the pidfile (attached) or exited (detached).
   while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
-  if (opts.detach) await done;
-  if (!existsSync(pidFile) || (exited && exited.code !== 0 && opts.detach)) {
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${reader.path} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
-  }
+  if (detach) await done;
+  if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
   rmSync(pidFile, { force: true });
-  const criuSeconds = (performance.now() - t0) / 1000;
-  const resume = await resumeProcess(info.pid, { image: reader.path, keepImage: true, device: opts.device, stagingLimit: opts.stagingLimit, workers: opts.workers, progress: opts.progress });
-  const summary: ProcessRestoreSummary = { image: reader.path, pid: info.pid, criuSeconds: round(criuSeconds), resume, seconds: round((performance.now() - t0) / 1000) };
-  if (!opts.detach) {
-    const end = await done;
-    summary.exitCode = end.code;
-    summary.signal = end.signal;
+  // Wrapped: an async function returning the promise itself would wait for it.
+  return { done };
+}
+
+type ChildExit = { code: number | null; signal: string | null };
+
+/** SIGKILL to a process this restore brought back (gone already: nothing to do). */
+function endProcess(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // ESRCH: it ended on its own
   }
-  return summary;
 }
 
 /** An image restores only onto the chip type it was taken on. */

@@ -26,15 +26,17 @@ const LIST_PAGE = 4096;
 /** A plain request that takes longer than this means the shim is stuck. */
 const REQUEST_TIMEOUT_MS = 60_000;
 
-/** The shim's staging memfd, received over the socket; the codec workers map it. */
 /** Flags of the protocol header (GPCK_STAGING_*, GPCK_SUSPEND_HOLD_STAGING). */
 const STAGING_HELD = 1;
 const STAGING_PRIVATE = 2;
 const STAGING_READY = 4;
+const STAGING_GIVEN = 8;
+const STAGING_UNPINNED = 16;
 const SUSPEND_HOLD_STAGING = 1;
 const QUIESCE_ROLLBACK = 1;
 const COPY_COMPLETES = 1;
 
+/** Staging memory: the shim's (received over the socket) or this process's (staging-files.ts); the codec workers map it. */
 export interface StagingMemory {
   /** The memfds laid end to end, fileBytes each (the last one up to size); none for memory only the shim sees. */
   fds: number[];
@@ -108,11 +110,12 @@ export class ShimSession {
     args: object = {},
     timeoutMs = REQUEST_TIMEOUT_MS,
     codes: Partial<Record<string, ErrorCode>> = {},
+    fds?: number[],
   ): Promise<T> {
     if (this.closed) return Promise.reject(new GpuckptError('SESSION_CLOSED', `session with process ${this.pid} is closed`));
     const run = async (): Promise<T> => {
       try {
-        return (await this.conn.request(type, args, timeoutMs)) as T;
+        return (await this.conn.request(type, args, timeoutMs, fds)) as T;
       } catch (e) {
         throw mapError(e, this.pid, what, codes);
       }
@@ -185,6 +188,31 @@ export class ShimSession {
       throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent ${staging.fds.length} of ${rep.files} staging memfds for ${staging.size} bytes`);
     }
     return staging;
+  }
+
+  /**
+   * Hands staging this process made (staging-files.ts) to the shim, which
+   * maps it (this process keeps its fds) and faults in and pins it in the
+   * background, each copy waiting for what it uses; filled: the data is in
+   * it already, so nothing is pinned and copies go through the shim's
+   * bounce ring (see GPCK_STAGING_UNPINNED). OUT_OF_FDS: the application
+   * had no room for the fds; ask for the shim's own instead.
+   */
+  async giveStaging(staging: StagingMemory, filled: boolean): Promise<void> {
+    const rep = await this.request<{ registerNs: number }>(
+      MessageType.STAGING_MAP,
+      'map staging memory',
+      {
+        size: BigInt(staging.size),
+        flags: STAGING_GIVEN | (filled ? STAGING_UNPINNED : 0),
+        files: staging.fds.length,
+        fileBytes: BigInt(staging.fileBytes),
+      },
+      REQUEST_TIMEOUT_MS,
+      { EMFILE: 'OUT_OF_FDS' },
+      staging.fds,
+    );
+    staging.registerNs = rep.registerNs;
   }
 
   /** Frees the staging memory in the application. */
@@ -285,6 +313,7 @@ function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<s
     EFAULT: 'a range lies outside the live pool allocations',
     ERANGE: 'a range lies outside the staging memory',
     ENOMEM: 'out of memory',
+    EMFILE: 'the application has no room for more open files',
     EIO: 'the CUDA driver reported an error',
     EPERM: 'the application is not paused by this session',
     ENOTRECOVERABLE: 'its pool holds part of an image from a restore --into that was cut off; restore an image into it again (gpuckpt restore IMAGE --into PID)',

@@ -234,12 +234,13 @@ async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock): 
 
 export async function resumeProcess(
   pid: number,
-  opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string } = {},
+  opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string; loader?: PoolLoader } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
   const clock = new PhaseClock();
   const session = await ShimSession.open(pid);
   clock.mark('connect');
+  // Opened here and closed here; a loader (and its reader) the caller gave stays the caller's.
   let reader: ImageReader | undefined;
   let loader: PoolLoader | undefined;
   try {
@@ -247,11 +248,13 @@ export async function resumeProcess(
     if (status.poolState !== PoolState.SUSPENDED) throw new GpuckptError('NOT_SUSPENDED', `process ${pid} is not suspended`);
     // A process restored by CRIU remembers where its pool was held while
     // the image was being made; the image's final place is given instead.
-    const where = opts.image ?? status.heldImage;
-    const layout = opts.image ? undefined : readHeldLayout(where);
-    if (!layout) reader = await ImageReader.open(where);
-    const taken = layout?.devices ?? reader!.manifest.devices.map((d) => d.uuid);
-    const rawBytes = layout?.rawBytes ?? Number(reader!.manifest.data.rawBytes);
+    const given = opts.loader?.reader;
+    const where = given?.path ?? opts.image ?? status.heldImage;
+    const layout = given || opts.image ? undefined : readHeldLayout(where);
+    if (!layout && !given) reader = await ImageReader.open(where);
+    const imageReader = given ?? reader;
+    const taken = layout?.devices ?? imageReader!.manifest.devices.map((d) => d.uuid);
+    const rawBytes = layout?.rawBytes ?? Number(imageReader!.manifest.data.rawBytes);
     const current = currentDevices(where) ?? taken;
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
@@ -289,9 +292,10 @@ export async function resumeProcess(
     if (layout) {
       copySeconds = await copyHeldIn(session, layout, clock);
     } else {
-      loader = await PoolLoader.prepare(session, reader!, opts);
+      const using = opts.loader ?? (loader = await PoolLoader.open(imageReader!, opts));
+      await using.attach(session);
       clock.mark('prepare');
-      copySeconds = await loader.copyIn(session);
+      copySeconds = await using.copyIn(session);
       clock.mark('copy');
     }
     faultPoint('reopen');

@@ -338,20 +338,42 @@ static int first_active_device(void)
     return 0;
 }
 
-static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t len, struct gpck_staging_rep *rep,
-                              struct gp_fds *send)
+/* Staging of the kind the request asks for, into c->staging. */
+static int map_staging(struct gp_client *c, const struct gpck_staging_req *req, struct gp_fds_in *given)
+{
+    int device = first_active_device();
+    if (req->flags & GPCK_STAGING_GIVEN) {
+        uint32_t n = given->count;
+        given->count = 0; /* taken: gp_staging_take closes them */
+        if (n != req->files) {
+            for (uint32_t i = 0; i < n; i++)
+                close(given->fds[i]);
+            return -EINVAL;
+        }
+        return gp_staging_take(given->fds, n, req->size, req->file_bytes, req->flags & GPCK_STAGING_UNPINNED, device,
+                               &c->staging);
+    }
+    if (req->flags & GPCK_STAGING_HELD)
+        return gp_staging_adopt(&held_data, device, &c->staging);
+    return gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, device, &c->staging);
+}
+
+static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t len, struct gp_fds_in *given,
+                              struct gpck_staging_rep *rep, struct gp_fds *send)
 {
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
     const struct gpck_staging_req *req = payload;
-    if (req->flags & ~(GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE | GPCK_STAGING_READY))
+    const uint32_t kinds = GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE | GPCK_STAGING_GIVEN;
+    if ((req->flags & ~(kinds | GPCK_STAGING_READY | GPCK_STAGING_UNPINNED)) ||
+        __builtin_popcount(req->flags & kinds) > 1 ||
+        (!(req->flags & GPCK_STAGING_GIVEN) && (req->files || req->file_bytes || given->count ||
+                                               (req->flags & GPCK_STAGING_UNPINNED))))
         return -EINVAL;
     gp_staging_destroy(&c->staging);
     memset(rep, 0, sizeof(*rep));
     uint64_t t0 = gp_now_ns();
-    int err = req->flags & GPCK_STAGING_HELD
-                  ? gp_staging_adopt(&held_data, first_active_device(), &c->staging)
-                  : gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, first_active_device(), &c->staging);
+    int err = map_staging(c, req, given);
     if (!err && (req->flags & GPCK_STAGING_READY))
         gp_staging_wait_all(&c->staging);
     rep->register_ns = gp_now_ns() - t0;
@@ -598,10 +620,12 @@ void gp_client_fds_sent(struct gp_client *c)
 }
 
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, struct gp_fds *send)
+                      uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send)
 {
     uint32_t len = h->payload_len;
     *send = (struct gp_fds){ 0 };
+    if (given->count && h->type != GPCK_STAGING_MAP)
+        return -EINVAL; /* only staging brings fds */
     switch (h->type) {
     case GPCK_HELLO:
         *reply_len = sizeof(struct gpck_hello_rep);
@@ -623,7 +647,7 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
         return handle_list(payload, len, reply, reply_len);
     case GPCK_STAGING_MAP:
         *reply_len = sizeof(struct gpck_staging_rep);
-        return handle_staging_map(c, payload, len, reply, send);
+        return handle_staging_map(c, payload, len, given, reply, send);
     case GPCK_STAGING_UNMAP:
         gp_staging_destroy(&c->staging);
         return 0;

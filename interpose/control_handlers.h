@@ -25,12 +25,19 @@ struct gp_fds {
     uint32_t count;
 };
 
+/* Fds a request brought (SCM_RIGHTS). A handler that takes them (and so
+ * closes them) sets count to 0; the server closes what is left. */
+struct gp_fds_in {
+    int *fds;
+    uint32_t count;
+};
+
 /* Handles one request. payload has h->payload_len bytes; the reply payload
  * goes to reply (GPCK_MAX_MESSAGE bytes) with its length in *reply_len;
  * the fds in *send (none by default) go along with it. Returns the reply's
  * status: 0 or -errno. */
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, struct gp_fds *send);
+                      uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send);
 /* The fds of a reply were sent: the handler's side closes them. */
 void gp_client_fds_sent(struct gp_client *c);
 /* The client went away or its lease expired: reopen the gate if it held it,

@@ -141,21 +141,55 @@ static void drop_client(struct gp_client *c)
     c->fd = -1;
 }
 
+/* The fds a message brought, into given (at most GPCK_MAX_STAGING_FILES). */
+static void take_fds(struct msghdr *msg, struct gp_fds_in *given)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (given->count < GPCK_MAX_STAGING_FILES)
+                given->fds[given->count++] = fd;
+            else
+                close(fd);
+        }
+    }
+}
+
+static void close_fds(struct gp_fds_in *given)
+{
+    for (uint32_t i = 0; i < given->count; i++)
+        close(given->fds[i]);
+    given->count = 0;
+}
+
 /* One request, one reply. A malformed message (bad magic, version,
  * truncated, oversized, wrong length) ends the connection: a peer that
- * speaks garbage gets no second chance to confuse the server. */
+ * speaks garbage gets no second chance to confuse the server. Fds a
+ * request brings are closed unless its handler takes them, so none leaks
+ * into the application. */
 static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
 {
     struct iovec iov = { in, GPCK_MAX_MESSAGE };
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * GPCK_MAX_STAGING_FILES)];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    int fds[GPCK_MAX_STAGING_FILES];
+    struct gp_fds_in given = { fds, 0 };
     ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
     if (n <= 0) {
         drop_client(c);
         return;
     }
+    take_fds(&msg, &given);
     c->last_message_ns = gp_now_ns();
     const struct gpck_header *h = (const void *)in;
-    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(*h) || h->magic != GPCK_MAGIC ||
+    if ((msg.msg_flags & MSG_TRUNC) || (size_t)n < sizeof(*h) || h->magic != GPCK_MAGIC ||
         h->payload_len != (size_t)n - sizeof(*h) || (h->type & GPCK_REPLY)) {
         /* Said a few times, not once per message: a peer sending garbage
          * must not flood the application's stderr either. */
@@ -164,17 +198,29 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
             GP_WARN("control", "malformed message (%zd bytes): closing the connection%s", n,
                     malformed == 3 ? " (further ones silently)" : "");
         send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, NO_FDS);
+        close_fds(&given);
         drop_client(c);
         return;
     }
     if (h->version != GPCK_PROTOCOL_VERSION && h->type != GPCK_HELLO) {
         send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EPROTONOSUPPORT, NULL, 0, NO_FDS);
+        close_fds(&given);
         drop_client(c);
+        return;
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+        /* The kernel dropped fds this process had no room for (or more than
+         * any request carries): the request cannot be served, the
+         * connection can. */
+        GP_WARN("control", "a request's fds did not fit (%u arrived): refused it; the controller falls back", given.count);
+        close_fds(&given);
+        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EMFILE, NULL, 0, NO_FDS);
         return;
     }
     uint32_t reply_len = 0;
     struct gp_fds pass = { 0 };
-    int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &pass);
+    int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &given, &pass);
+    close_fds(&given);
     int sent = send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass);
     if (pass.count)
         gp_client_fds_sent(c);

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 7u
+#define GPCK_PROTOCOL_VERSION 8u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -34,7 +34,7 @@ enum gpck_type {
     GPCK_QUIESCE = 4,      /* gpck_quiesce_req -> gpck_quiesce_rep */
     GPCK_RESUME = 5,       /* (none) -> gpck_resume_rep */
     GPCK_LIST_ALLOCS = 6,  /* gpck_list_req -> gpck_list_rep */
-    GPCK_STAGING_MAP = 7,  /* gpck_staging_req -> gpck_staging_rep + memfds (SCM_RIGHTS) */
+    GPCK_STAGING_MAP = 7,  /* gpck_staging_req [+ memfds] -> gpck_staging_rep [+ memfds] (SCM_RIGHTS) */
     GPCK_STAGING_UNMAP = 8,/* (none) -> (none) */
     GPCK_COPY_OUT = 9,     /* gpck_copy_req -> gpck_copy_rep: pool -> staging */
     GPCK_COPY_IN = 10,     /* gpck_copy_req -> gpck_copy_rep: staging -> pool */
@@ -180,14 +180,32 @@ struct gpck_list_rep {
  * copy waits for the pieces it uses: that overlaps preparation with the
  * DMA (suspend, resume), but puts it inside the application's pause (a
  * live checkpoint wants the pause to be the DMA alone). */
+/* GPCK_STAGING_GIVEN: the controller made the memfds (and may have filled
+ * them already: a restore decompresses while CRIU brings the process back,
+ * before there is a shim to ask) and sends them with the request, files of
+ * file_bytes each (the last one up to size), laid end to end. Each must be a
+ * regular file sealed against shrinking (F_SEAL_SHRINK: a file cut short
+ * under the mapping would fault the application) and as large as its part.
+ * The shim maps and closes them, and prepares them as its own memfds; the
+ * reply passes none back. An application out of fds gets -EMFILE, its
+ * connection kept: the controller then asks for staging the shim makes. */
 #define GPCK_STAGING_HELD 1u
 #define GPCK_STAGING_PRIVATE 2u
 #define GPCK_STAGING_READY 4u
+#define GPCK_STAGING_GIVEN 8u
+/* GPCK_STAGING_UNPINNED, with GPCK_STAGING_GIVEN: the files hold their data
+ * already (a restore decompressed it while CRIU ran), so pinning them could
+ * no longer overlap anything: copies go through the bounce ring (bounce.h)
+ * instead, nothing of the files is pinned. Without it the files are pinned
+ * in the background while the controller fills them, and the DMA runs
+ * straight from them at the link's speed (a rollback's pause). */
+#define GPCK_STAGING_UNPINNED 16u
 
 struct gpck_staging_req {
     uint64_t size;
     uint32_t flags;            /* GPCK_STAGING_* */
-    uint32_t reserved;
+    uint32_t files;            /* GPCK_STAGING_GIVEN: memfds sent with it; else 0 */
+    uint64_t file_bytes;       /* GPCK_STAGING_GIVEN: bytes of each but the last; else 0 */
 };
 
 /* Shared staging is several memfds laid end to end, file_bytes each (the

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bounce.h"
@@ -245,8 +247,9 @@ void gp_staging_close_files(struct gp_staging *s)
     s->nfds = 0;
 }
 
-/* Maps size bytes of memfds of file_bytes end to end at one reserved range. */
-static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes)
+/* Maps size bytes of files of file_bytes end to end at one reserved range:
+ * the given fds, or (given NULL) new memfds, kept in s->fds until sent. */
+static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes, const int *given)
 {
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -254,10 +257,10 @@ static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes)
     *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
     for (uint64_t off = 0; off < size; off += s->file_bytes) {
         uint64_t n = size - off < s->file_bytes ? size - off : s->file_bytes;
-        int fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC);
-        if (fd >= 0)
+        int fd = given ? given[off / file_bytes] : memfd_create("gpuckpt-staging", MFD_CLOEXEC);
+        if (!given && fd >= 0)
             s->fds[s->nfds++] = fd;
-        if (fd < 0 || ftruncate(fd, (off_t)n) < 0 ||
+        if (fd < 0 || (!given && ftruncate(fd, (off_t)n) < 0) ||
             mmap(s->base + off, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
             int err = -errno;
             gp_staging_close_files(s);
@@ -269,17 +272,23 @@ static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes)
     return 0;
 }
 
-int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out)
+/* Populated and pinned inside the application: a request beyond three
+ * quarters of the host's memory would get the application killed by the
+ * OOM killer, so it is refused. */
+static int check_size(uint64_t size)
 {
-    *out = (struct gp_staging){ .nfds = 0 };
-    /* Populated and pinned inside the application: a request beyond three
-     * quarters of the host's memory would get the application killed by
-     * the OOM killer, so refuse it. */
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     if (!size)
         return -EINVAL;
-    if (size > phys / 4 * 3)
-        return -ENOMEM;
+    return size > phys / 4 * 3 ? -ENOMEM : 0;
+}
+
+int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out)
+{
+    *out = (struct gp_staging){ .nfds = 0 };
+    int err = check_size(size);
+    if (err)
+        return err;
     size = (size + PAGE - 1) / PAGE * PAGE;
     if (private_memory) {
         void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -289,20 +298,60 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         *out = (struct gp_staging){ .base = p, .size = size };
     } else {
         uint64_t file_bytes = file_bytes_for(size);
-        int err = map_files(out, size, file_bytes);
+        err = map_files(out, size, file_bytes, NULL);
         /* An application short of fds (they are closed once sent, but
          * open until then) still gets one memfd, slower to fault in. */
         if ((err == -EMFILE || err == -ENFILE) && file_bytes < size) {
             GP_WARN("staging", "no fds for %llu memfds: staging as one",
                     (unsigned long long)((size + file_bytes - 1) / file_bytes));
-            err = map_files(out, size, size);
+            err = map_files(out, size, size, NULL);
         }
         if (err)
             return err;
     }
     /* Only the shim touches private staging: it goes through the bounce
      * ring and is never pinned. */
-    int err = private_memory ? bounce_or_prep(out, device, true) : prep_start(out, device, true);
+    err = private_memory ? bounce_or_prep(out, device, true) : prep_start(out, device, true);
+    if (err)
+        gp_staging_destroy(out);
+    return err;
+}
+
+/* Each given file is a regular file that cannot shrink under the mapping
+ * and holds its part: what the protocol header asks of GPCK_STAGING_GIVEN. */
+static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_bytes)
+{
+    int err = check_size(size);
+    if (err)
+        return err;
+    if (size % PAGE || !file_bytes || file_bytes % PAGE || nfds > GPCK_MAX_STAGING_FILES ||
+        nfds != (size + file_bytes - 1) / file_bytes)
+        return -EINVAL;
+    for (uint32_t i = 0; i < nfds; i++) {
+        uint64_t part = size - (uint64_t)i * file_bytes < file_bytes ? size - (uint64_t)i * file_bytes : file_bytes;
+        struct stat st;
+        int seals = fcntl(fds[i], F_GET_SEALS);
+        if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < part || seals < 0 ||
+            !(seals & F_SEAL_SHRINK)) {
+            GP_WARN("staging", "refused the controller's staging: file %u of %u is not a memfd of %llu bytes sealed "
+                    "against shrinking", i + 1, nfds, (unsigned long long)part);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int gp_staging_take(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_bytes, bool unpinned, int device,
+                    struct gp_staging *out)
+{
+    *out = (struct gp_staging){ .nfds = 0 };
+    int err = check_given(fds, nfds, size, file_bytes);
+    if (!err)
+        err = map_files(out, size, file_bytes, fds);
+    for (uint32_t i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (!err)
+        err = unpinned ? bounce_or_prep(out, device, true) : prep_start(out, device, true);
     if (err)
         gp_staging_destroy(out);
     return err;

@@ -1,5 +1,5 @@
 /* Staging memory: where pool data lies in host memory. Either memfds the
- * controller maps too (the fds go over the control socket), laid end to
+ * controller maps too (the fds go over the control socket, either way), laid end to
  * end so both sides see one range (GPCK_MAX_STAGING_FILES says why), or private
  * anonymous memory with transparent huge pages that only the shim sees (a
  * suspend's held copy).
@@ -55,6 +55,14 @@ struct gp_held {
  * bounce ring. 0 or -errno; registration failures are not fatal (copies
  * still work, slower). */
 int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_staging *out);
+/* Staging the controller made (GPCK_STAGING_GIVEN): nfds files of
+ * file_bytes each (the last one up to size) mapped end to end and prepared
+ * as gp_staging_create's memfds, or with unpinned, given a bounce ring
+ * (GPCK_STAGING_UNPINNED). The fds are always closed, whatever the
+ * outcome: the mapping keeps the memory. -EINVAL for files that are not as
+ * the protocol header says (too few, too small, not sealed against shrinking). */
+int gp_staging_take(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_bytes, bool unpinned, int device,
+                    struct gp_staging *out);
 /* The held memory again, with a bounce ring, for copies back; -ENOENT if none. */
 int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out);
 /* Waits until [offset, offset+length) is faulted in and pinned (or its

@@ -93,7 +93,8 @@ export interface NativeError extends Error {
 }
 
 interface NativeSession {
-  request(type: number, args?: object, timeoutMs?: number): Promise<any>;
+  /** fds: sent along (SCM_RIGHTS); they stay open here. */
+  request(type: number, args?: object, timeoutMs?: number, fds?: number[]): Promise<any>;
   close(): void;
 }
 
@@ -102,6 +103,7 @@ interface NativeModule {
   /** Maps [offset, offset+length) of files laid end to end, fileBytes each (the shim's staging memfds); length <= 4 GiB, offset page-aligned. */
   mapFiles(fds: number[], fileBytes: bigint | number, size: bigint | number, offset: bigint | number, length: bigint | number): ArrayBuffer;
   closeFd(fd: number): void;
+  /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };
   /** cuCheckpointProcess* on another process; result is the CUresult, -1 without the API. */
@@ -119,6 +121,8 @@ interface NativeModule {
   /** GPCK_MAX_DIGESTS, GPCK_MAX_DIGEST_RANGES: what one digest request may ask. */
   maxDigests: number;
   maxDigestRanges: number;
+  /** GPCK_MAX_STAGING_FILES: memfds one staging may be made of. */
+  maxStagingFiles: number;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
 }

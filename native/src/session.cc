@@ -59,7 +59,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       Append(out, gpck_list_req{ToU64(args.Get("start")), static_cast<uint32_t>(ToU64(args.Get("max"))), 0});
       return true;
     case GPCK_STAGING_MAP:
-      Append(out, gpck_staging_req{ToU64(args.Get("size")), static_cast<uint32_t>(ToU64(args.Get("flags"))), 0});
+      Append(out, gpck_staging_req{ToU64(args.Get("size")), static_cast<uint32_t>(ToU64(args.Get("flags"))),
+                                   static_cast<uint32_t>(ToU64(args.Get("files"))), ToU64(args.Get("fileBytes"))});
       return true;
     case GPCK_REMAP_POOL:
       return true;
@@ -239,10 +240,11 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
 
 class RequestWorker : public Napi::AsyncWorker {
  public:
-  RequestWorker(Napi::Env env, int fd, uint16_t type, uint32_t seq, std::vector<uint8_t> payload, uint32_t timeout_ms)
+  RequestWorker(Napi::Env env, int fd, uint16_t type, uint32_t seq, std::vector<uint8_t> payload, uint32_t timeout_ms,
+                std::vector<int> send_fds)
       : Napi::AsyncWorker(env, "gpuckpt.request"),
         deferred_(Napi::Promise::Deferred::New(env)),
-        fd_(fd), type_(type), seq_(seq), timeout_ms_(timeout_ms), payload_(std::move(payload)) {}
+        fd_(fd), type_(type), seq_(seq), timeout_ms_(timeout_ms), payload_(std::move(payload)), send_fds_(std::move(send_fds)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -255,6 +257,17 @@ class RequestWorker : public Napi::AsyncWorker {
     msghdr m{};
     m.msg_iov = out;
     m.msg_iovlen = payload_.empty() ? 1 : 2;
+    // The fds stay this process's: the kernel passes copies.
+    std::vector<char> ctl(send_fds_.empty() ? 0 : CMSG_SPACE(sizeof(int) * send_fds_.size()));
+    if (!send_fds_.empty()) {
+      m.msg_control = ctl.data();
+      m.msg_controllen = ctl.size();
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * send_fds_.size());
+      memcpy(CMSG_DATA(c), send_fds_.data(), sizeof(int) * send_fds_.size());
+    }
     if (sendmsg(fd_, &m, MSG_NOSIGNAL) < 0) {
       sys_errno_ = errno;
       return;
@@ -360,6 +373,7 @@ class RequestWorker : public Napi::AsyncWorker {
   uint32_t seq_;
   uint32_t timeout_ms_;
   std::vector<uint8_t> payload_;
+  std::vector<int> send_fds_;
   std::vector<uint8_t> reply_;
   int sys_errno_ = 0;
   int32_t status_ = 0;
@@ -397,7 +411,8 @@ Session::~Session() {
   if (fd_ >= 0) close(fd_);
 }
 
-// request(type, args, timeoutMs): Promise<object>. One at a time per session.
+// request(type, args, timeoutMs, fds?): Promise<object>. One at a time per
+// session; fds (at most GPCK_MAX_STAGING_FILES) go along with SCM_RIGHTS.
 Napi::Value Session::Request(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (fd_ < 0) {
@@ -409,11 +424,20 @@ Napi::Value Session::Request(const Napi::CallbackInfo& info) {
   uint32_t timeout = info[2].IsNumber() ? info[2].As<Napi::Number>().Uint32Value() : 0;
   std::vector<uint8_t> payload;
   std::string err;
-  if (!EncodeRequest(type, args, payload, err)) {
+  std::vector<int> fds;
+  if (info[3].IsArray()) {
+    Napi::Array a = info[3].As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length() && err.empty(); i++) {
+      if (a.Get(i).IsNumber()) fds.push_back(a.Get(i).As<Napi::Number>().Int32Value());
+      else err = "fds must be numbers";
+    }
+    if (fds.size() > GPCK_MAX_STAGING_FILES) err = "too many fds in one request";
+  }
+  if (!err.empty() || !EncodeRequest(type, args, payload, err)) {
     Napi::TypeError::New(env, err).ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  auto* w = new RequestWorker(env, fd_, type, ++seq_, std::move(payload), timeout);
+  auto* w = new RequestWorker(env, fd_, type, ++seq_, std::move(payload), timeout, std::move(fds));
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;

@@ -2,6 +2,7 @@
 
 #include "js_values.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -79,12 +80,15 @@ Napi::Value CloseFd(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// createMemfd(size): a fresh memfd (tests and the restore path use it).
+// createMemfd(size): a fresh memfd of size bytes, sealed against resizing:
+// staging this process makes for the shim, which maps only files that
+// cannot shrink under it (gpuckpt_protocol.h, GPCK_STAGING_GIVEN).
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t size = ToU64(info[0]);
-  int fd = memfd_create("gpuckpt", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) < 0) {
+  int fd = memfd_create("gpuckpt-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) < 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
     int err = errno;
     if (fd >= 0) close(fd);
     ErrnoError(env, "createMemfd", err).ThrowAsJavaScriptException();

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -323,7 +325,7 @@ static void test_live_window_rules(void)
     int fd = connect_with_allocation(&e);
     if (fd < 0)
         return;
-    struct gpck_staging_req sr = { 1 << 20, 0, 0 };
+    struct gpck_staging_req sr = { .size = 1 << 20 };
     send_msg(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr));
     CHECK(recv_status(fd, NULL, 0) == 0); /* (the memfds arrive; unused here) */
     uint8_t cbuf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
@@ -520,6 +522,148 @@ static void test_rollback_rules(void)
     close(watcher);
 }
 
+static int send_with_fds(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len, const int *fds,
+                         uint32_t n)
+{
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, 0, len, 0 };
+    struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1, .msg_control = ctl.buf,
+                          .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
+    return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* A memfd of size bytes, sealed against shrinking when seal is set, and
+ * filled with bytes (i * 7 + salt) % 251 of its global offset i. */
+static int staging_file(uint64_t size, uint64_t at, int salt, bool seal)
+{
+    int fd = memfd_create("test-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0);
+    uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    for (uint64_t i = 0; i < size; i++)
+        p[i] = (uint8_t)(((at + i) * 7 + salt) % 251);
+    munmap(p, size);
+    if (seal)
+        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    return fd;
+}
+
+/* Fds of pid that are this test's staging memfds (the shim keeps none once it has mapped them). */
+static int memfds_of(int pid)
+{
+    char dir[64], link[80], target[256];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(link, sizeof(link), "%s/%d", dir, fd);
+        ssize_t len = readlink(link, target, sizeof(target) - 1);
+        if (len > 0) {
+            target[len] = 0;
+            n += strncmp(target, "/memfd:test-staging", 19) == 0;
+        }
+    }
+    return n;
+}
+
+/* Gives f (three files of 1 MiB, 1 MiB, 512 KiB) as staging with req, and
+ * checks that the third file's data goes into the pool and back out into
+ * the first; the application's first 4 KiB are saved at offset 0 and put
+ * back, so it keeps its data. The shim keeps no fd of the files. */
+static void given_round_trip(int fd, const struct gpck_staging_req *req, const int *f, int shim_pid)
+{
+    const uint64_t file = 1 << 20;
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 20, req, sizeof(*req), f, 3) == 0);
+    struct gpck_staging_rep rep;
+    CHECK(recv_status(fd, &rep, sizeof(rep)) == 0);
+    CHECK(rep.size == req->size && rep.files == 0);
+    CHECK(memfds_of(shim_pid) == 0);
+
+    struct gpck_alloc_entry e;
+    struct gpck_quiesce_req q = { 60000, GPCK_QUIESCE_ROLLBACK };
+    send_msg(fd, GPCK_QUIESCE, 8, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    if (first_allocation(fd, &e)) {
+        uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+        struct gpck_copy_req *cr = (void *)buf;
+        *cr = (struct gpck_copy_req){ 1, 0 };
+        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, 4096, 0 };
+        send_msg(fd, GPCK_COPY_OUT, 9, buf, sizeof(buf));
+        CHECK(recv_status(fd, NULL, 0) == 0);
+        struct gpck_copy_range r = { e.device, 0, e.addr, 4096, 2 * file + 4096 };
+        CHECK(copy_back(fd, &r, 0) == 0);
+        cr->ranges[0].staging_offset = 4096;
+        send_msg(fd, GPCK_COPY_OUT, 10, buf, sizeof(buf));
+        CHECK(recv_status(fd, NULL, 0) == 0);
+        uint8_t *first = mmap(NULL, 8192, PROT_READ, MAP_SHARED, f[0], 0);
+        CHECK(first != MAP_FAILED);
+        bool same = true;
+        for (uint64_t i = 0; i < 4096; i++)
+            same &= first[4096 + i] == (uint8_t)(((2 * file + 4096 + i) * 7 + 3) % 251);
+        CHECK(same);
+        munmap(first, 8192);
+        r.staging_offset = 0;
+        CHECK(copy_back(fd, &r, GPCK_COPY_COMPLETES) == 0);
+    }
+    send_msg(fd, GPCK_RESUME, 11, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+}
+
+/* Staging the controller makes (GPCK_STAGING_GIVEN) is taken only as the
+ * declared number of files, each sealed against shrinking and as large as
+ * its part; fds on any other request are refused; the connection serves on
+ * after each refusal; data the controller put in the files goes into the
+ * pool, and the shim keeps no fd of them. */
+static void test_given_staging(void)
+{
+    int fd = connect_shim();
+    struct gpck_hello_req hr = { GPCK_PROTOCOL_VERSION, 0 };
+    struct gpck_hello_rep hello_rep;
+    send_msg(fd, GPCK_HELLO, 1, &hr, sizeof(hr));
+    CHECK(recv_status(fd, &hello_rep, sizeof(hello_rep)) == 0);
+    const uint64_t file = 1 << 20, size = (2 << 20) + (512 << 10); /* three files, the last one half */
+    int f[3];
+    for (int i = 0; i < 3; i++)
+        f[i] = staging_file(i < 2 ? file : size - 2 * file, (uint64_t)i * file, 3, true);
+    struct gpck_staging_req sr = { .size = size, .flags = GPCK_STAGING_GIVEN, .files = 3, .file_bytes = file };
+
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 2, &sr, sizeof(sr), f, 2) == 0); /* one file short */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    int loose = staging_file(file, file, 3, false);
+    int with_loose[3] = { f[0], loose, f[2] };
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr), with_loose, 3) == 0); /* could shrink */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    int short_last[3] = { f[0], f[1], f[2] };
+    struct gpck_staging_req longer = sr;
+    longer.size = 3 * file; /* the last file is half of its part */
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 4, &longer, sizeof(longer), short_last, 3) == 0);
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    CHECK(send_with_fds(fd, GPCK_STATUS, 5, NULL, 0, f, 1) == 0); /* only staging brings fds */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    struct gpck_staging_req plain = { .size = 1 << 20 };
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 6, &plain, sizeof(plain), f, 1) == 0); /* fds, but not given */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    struct gpck_staging_req unpinned_only = { .size = 1 << 20, .flags = GPCK_STAGING_UNPINNED };
+    send_msg(fd, GPCK_STAGING_MAP, 7, &unpinned_only, sizeof(unpinned_only)); /* only for given staging */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    given_round_trip(fd, &sr, f, (int)hello_rep.pid); /* pinned while filled */
+    sr.flags |= GPCK_STAGING_UNPINNED;
+    given_round_trip(fd, &sr, f, (int)hello_rep.pid); /* filled: through the bounce ring */
+    for (int i = 0; i < 3; i++)
+        close(f[i]);
+    close(loose);
+    close(fd);
+}
+
 /* A client that disconnects while holding the gate releases it at once. */
 static void test_disconnect_reopens_gate(void)
 {
@@ -665,6 +809,7 @@ int main(int argc, char **argv)
     RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);
     RUN(test_rollback_rules);
+    RUN(test_given_staging);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
 }

@@ -112,12 +112,12 @@ function liveTable(r) {
 }
 
 /** "what (medians, s): phase t, ..." for the metrics named prefix + phase, or '' when there are none. */
-function phaseLine(r, prefix, what) {
+function phaseLine(r, prefix, what, note = '') {
   const list = Object.entries(r.metrics)
     .filter(([k]) => k.startsWith(prefix))
     .map(([k, v]) => `${k.slice(prefix.length).replace(/_s$/, '')} ${v.median.toFixed(3)}`)
     .join(', ');
-  return list ? `${what} (medians, s): ${list}.` : '';
+  return list ? `${what} (medians, s): ${list}.${list.includes('load ') ? note : ''}` : '';
 }
 
 function table(name, r) {
@@ -141,7 +141,12 @@ function table(name, r) {
   const phases = [
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
     phaseLine(r, 'resume.', "Where resume's time goes"),
-    phaseLine(r, 'restore.', "Where a whole-process restore's time goes"),
+    phaseLine(
+      r,
+      'restore.',
+      "Where a whole-process restore's time goes",
+      ' `criu` counts from the start (image checks included); `load`, decompressing the pool image, runs meanwhile; `cleanup`, freeing the staging, comes after the application runs again and is not in the total.',
+    ),
   ].filter(Boolean);
   if (phases.length) out.push('', ...phases);
   out.push('');

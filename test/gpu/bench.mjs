@@ -338,6 +338,8 @@ async function benchWorkload(h, runs, w) {
       const rs = await h.cliJson(['restore', img, '--detach', '--json'], 600_000);
       add('restore_s', rs.seconds);
       add('restore.criu_s', rs.criuSeconds);
+      add('restore.load_s', rs.loadSeconds);
+      add('restore.cleanup_s', rs.cleanupSeconds);
       for (const [k, v] of Object.entries(rs.resume?.phases ?? {})) add(`restore.${k}_s`, v);
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });

@@ -205,28 +205,59 @@ export async function runReliability(h) {
     return `resume failed after its last copy (${quote(line)}); the shim let the process run on its data`;
   });
 
-  await test('faults/criu-restore', async () => {
-    if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
-    const p = launchViaFifo('static_cudart');
+  await failedRestoreTest('faults/criu-restore', async (image, pid, p) => {
+    const line = failsInOneLine(await gpuckpt(['restore', image, '--detach', '--criu', FAKE_CRIU], { FAKE_CRIU_FAIL: 'restore' }), /injected restore failure/, 'criu restore');
+    if (p.alive(pid)) throw failure('a failed CRIU restore left a process running');
+    if (!(await cliJson(['inspect', image, '--json'])).verified) throw failure('the image no longer verifies after a failed CRIU restore');
+    return `restore failed in one line (${quote(line)}); the image still verifies`;
+  });
+
+  await failedRestoreTest('faults/damaged-pool-restore', async (image, pid, p) => {
+    // One byte of the pool's data flipped: found while CRIU restores the
+    // process, after it is back.
+    const fd = fs.openSync(path.join(image, 'pool.zst'), 'r+');
     try {
-      const ready = await p.nextLine('ready', 120_000);
-      const image = path.join(p.dir, 'whole');
-      await ok(['checkpoint', String(ready.pid), '-o', image]);
-      for (let i = 0; i < 100 && p.alive(ready.pid); i++) await sleep(50);
-      const line = failsInOneLine(await gpuckpt(['restore', image, '--detach', '--criu', FAKE_CRIU], { FAKE_CRIU_FAIL: 'restore' }), /injected restore failure/, 'criu restore');
-      if (p.alive(ready.pid)) throw failure('a failed CRIU restore left a process running');
-      if (!(await cliJson(['inspect', image, '--json'])).verified) throw failure('the image no longer verifies after a failed CRIU restore');
-      const back = await cliJson(['restore', image, '--detach', '--json'], 300_000);
-      if (back.pid !== ready.pid) throw failure(`restore gave pid ${back.pid}, expected ${ready.pid}`);
-      expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'state after the real restore');
-      return `restore failed in one line (${quote(line)}); the image still verifies; the real CRIU restore of it afterwards brought the process back with its data`;
+      const at = Math.floor(fs.fstatSync(fd).size / 2);
+      const byte = Buffer.alloc(1);
+      fs.readSync(fd, byte, 0, 1, at);
+      fs.writeSync(fd, Buffer.from([byte[0] ^ 0x5a]), 0, 1, at);
+      const line = failsInOneLine(await gpuckpt(['restore', image, '--detach']), new RegExp(`image data is corrupt: .*; the restored process ${pid} was ended$`), 'damaged pool image');
+      for (let i = 0; i < 100 && p.alive(pid); i++) await sleep(50);
+      if (p.alive(pid)) throw failure('the restored process was left running without its GPU data');
+      fs.writeSync(fd, byte, 0, 1, at);
+      return `restore failed in one line (${quote(line)}); the process CRIU had brought back was ended; the byte was put back`;
     } finally {
-      p.close();
+      fs.closeSync(fd);
     }
   });
 
   await killTest();
   await soakTest();
+
+  /**
+   * A whole-process image of static_cudart, whose restore fails(image, pid,
+   * p) makes fail and checks (saying what it saw); the image, restored for
+   * real afterwards, must bring the process back under its pid with its data.
+   */
+  async function failedRestoreTest(name, fails) {
+    await test(name, async () => {
+      if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
+      const p = launchViaFifo('static_cudart');
+      try {
+        const ready = await p.nextLine('ready', 120_000);
+        const image = path.join(p.dir, 'whole');
+        await ok(['checkpoint', String(ready.pid), '-o', image]);
+        for (let i = 0; i < 100 && p.alive(ready.pid); i++) await sleep(50);
+        const what = await fails(image, ready.pid, p);
+        const back = await cliJson(['restore', image, '--detach', '--json'], 300_000);
+        if (back.pid !== ready.pid) throw failure(`restore gave pid ${back.pid}, expected ${ready.pid}`);
+        expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'state after the real restore');
+        return `${what}; the real CRIU restore of the image afterwards brought the process back with its data`;
+      } finally {
+        p.close();
+      }
+    });
+  }
 
   // --------------------------------------------------------------- kills --
 
