@@ -20,7 +20,7 @@ import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manife
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
-import { closeStaging, ShimSession, type StagingMemory } from './session.js';
+import { releaseStaging, ShimSession, type StagingMemory } from './session.js';
 import { MAX_RANGES_PER_COPY, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
 import { native, PoolState } from '../native/index.js';
@@ -222,7 +222,7 @@ export async function writePoolImage(
     throw e;
   } finally {
     await codecs?.close();
-    if (staging) closeStaging(staging);
+    if (staging) await releaseStaging(staging);
   }
 }
 

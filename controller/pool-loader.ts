@@ -18,7 +18,7 @@ import { openChain, type ChainSource } from './image/chain.js';
 import { frameLabel, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
-import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
+import { closeStaging, releaseStaging, type ShimSession, type StagingMemory } from './session.js';
 import { createStaging } from './staging-files.js';
 import { batches, MAX_RANGES_PER_COPY, packAll, packedBytes, stagingBytes } from './staging-plan.js';
 import { verifyFrames } from './verify-frames.js';
@@ -164,8 +164,9 @@ export class PoolLoader {
   async close(): Promise<void> {
     this.progress.done();
     // Loading still under way is cut short: the workers stop once out of zstd.
+    // Their mappings go with them; the last fds then free the memory.
     await this.codecs.close();
-    closeStaging(this.staging);
+    await releaseStaging(this.staging);
     await Promise.all(this.chain.slice(1).map((p) => p.close()));
   }
 

@@ -4,7 +4,7 @@
  * GpuckptError a user can act on. One request at a time (the shim serves a
  * session in order anyway), so calls are queued here.
  */
-import { existsSync } from 'node:fs';
+import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from './errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
 import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
@@ -49,6 +49,18 @@ export interface StagingMemory {
 export function closeStaging(staging: StagingMemory): void {
   for (const fd of staging.fds) native().closeFd(fd);
   staging.fds = [];
+}
+
+/**
+ * closeStaging, several files at once on libuv's threads: the kernel frees
+ * a memfd's pages when its last fd or mapping goes, about 0.11 s per GB of
+ * 4 KiB pages on one thread (16 GiB of staging took 1.4-2.1 s to free
+ * after a restore on the H200 hosts).
+ */
+export async function releaseStaging(staging: StagingMemory): Promise<void> {
+  const fds = staging.fds;
+  staging.fds = [];
+  await Promise.all(fds.map((fd) => new Promise<void>((res) => closeFd(fd, () => res()))));
 }
 
 export class ShimSession {
