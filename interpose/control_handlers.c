@@ -343,13 +343,10 @@ static int map_staging(struct gp_client *c, const struct gpck_staging_req *req, 
 {
     int device = first_active_device();
     if (req->flags & GPCK_STAGING_GIVEN) {
+        if (given->count != req->files)
+            return -EINVAL; /* the server closes them */
         uint32_t n = given->count;
         given->count = 0; /* taken: gp_staging_take closes them */
-        if (n != req->files) {
-            for (uint32_t i = 0; i < n; i++)
-                close(given->fds[i]);
-            return -EINVAL;
-        }
         return gp_staging_take(given->fds, n, req->size, req->file_bytes, req->flags & GPCK_STAGING_UNPINNED, device,
                                &c->staging);
     }

@@ -48,10 +48,15 @@ struct gp_staging_prep {
     pthread_t threads[MAX_WORKERS];
 };
 
+/* Bytes of the unit-sized part at off of total bytes (the last one shorter). */
+static uint64_t part_at(uint64_t total, uint64_t off, uint64_t unit)
+{
+    return total - off < unit ? total - off : unit;
+}
+
 static uint64_t piece_len(const struct gp_staging_prep *p, uint32_t i)
 {
-    uint64_t off = (uint64_t)i * p->piece;
-    return p->size - off < p->piece ? p->size - off : p->piece;
+    return part_at(p->size, (uint64_t)i * p->piece, p->piece);
 }
 
 /* Faults the pages in writable without changing a byte: the controller may
@@ -256,7 +261,7 @@ static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes, c
         return -errno;
     *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
     for (uint64_t off = 0; off < size; off += s->file_bytes) {
-        uint64_t n = size - off < s->file_bytes ? size - off : s->file_bytes;
+        uint64_t n = part_at(size, off, file_bytes);
         int fd = given ? given[off / file_bytes] : memfd_create("gpuckpt-staging", MFD_CLOEXEC);
         if (!given && fd >= 0)
             s->fds[s->nfds++] = fd;
@@ -328,7 +333,7 @@ static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t fi
         nfds != (size + file_bytes - 1) / file_bytes)
         return -EINVAL;
     for (uint32_t i = 0; i < nfds; i++) {
-        uint64_t part = size - (uint64_t)i * file_bytes < file_bytes ? size - (uint64_t)i * file_bytes : file_bytes;
+        uint64_t part = part_at(size, (uint64_t)i * file_bytes, file_bytes);
         struct stat st;
         int seals = fcntl(fds[i], F_GET_SEALS);
         if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < part || seals < 0 ||

@@ -434,6 +434,17 @@ static struct gpck_status_rep status_of(int fd)
     return st;
 }
 
+/* One range copied (type GPCK_COPY_OUT or GPCK_COPY_IN); the reply's status. */
+static int copy_one(int fd, uint16_t type, const struct gpck_copy_range *range, uint32_t flags)
+{
+    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)buf;
+    *cr = (struct gpck_copy_req){ 1, flags };
+    cr->ranges[0] = *range;
+    send_msg(fd, type, 6, buf, sizeof(buf));
+    return recv_status(fd, NULL, 0);
+}
+
 /* Quiesces (flags), maps staging, and copies the first 4 KiB of the first
  * allocation out to staging offset 0: copying it back in changes nothing. */
 static int rollback_client(uint32_t quiesce_flags, int expect_quiesce, struct gpck_copy_range *range)
@@ -456,23 +467,13 @@ static int rollback_client(uint32_t quiesce_flags, int expect_quiesce, struct gp
     struct gpck_list_rep *rep = (void *)lbuf;
     CHECK(rep->count == 1);
     *range = (struct gpck_copy_range){ rep->entries[0].device, 0, rep->entries[0].addr, 4096, 0 };
-    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
-    struct gpck_copy_req *cr = (void *)buf;
-    *cr = (struct gpck_copy_req){ 1, 0 };
-    cr->ranges[0] = *range;
-    send_msg(fd, GPCK_COPY_OUT, 5, buf, sizeof(buf));
-    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(copy_one(fd, GPCK_COPY_OUT, range, 0) == 0);
     return fd;
 }
 
 static int copy_back(int fd, const struct gpck_copy_range *range, uint32_t flags)
 {
-    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
-    struct gpck_copy_req *cr = (void *)buf;
-    *cr = (struct gpck_copy_req){ 1, flags };
-    cr->ranges[0] = *range;
-    send_msg(fd, GPCK_COPY_IN, 6, buf, sizeof(buf));
-    return recv_status(fd, NULL, 0);
+    return copy_one(fd, GPCK_COPY_IN, range, flags);
 }
 
 /* Writing into a running pool is a declared rollback's alone; one cut off
@@ -593,17 +594,12 @@ static void given_round_trip(int fd, const struct gpck_staging_req *req, const i
     send_msg(fd, GPCK_QUIESCE, 8, &q, sizeof(q));
     CHECK(recv_status(fd, NULL, 0) == 0);
     if (first_allocation(fd, &e)) {
-        uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
-        struct gpck_copy_req *cr = (void *)buf;
-        *cr = (struct gpck_copy_req){ 1, 0 };
-        cr->ranges[0] = (struct gpck_copy_range){ e.device, 0, e.addr, 4096, 0 };
-        send_msg(fd, GPCK_COPY_OUT, 9, buf, sizeof(buf));
-        CHECK(recv_status(fd, NULL, 0) == 0);
+        struct gpck_copy_range saved = { e.device, 0, e.addr, 4096, 0 };
+        CHECK(copy_one(fd, GPCK_COPY_OUT, &saved, 0) == 0);
         struct gpck_copy_range r = { e.device, 0, e.addr, 4096, 2 * file + 4096 };
         CHECK(copy_back(fd, &r, 0) == 0);
-        cr->ranges[0].staging_offset = 4096;
-        send_msg(fd, GPCK_COPY_OUT, 10, buf, sizeof(buf));
-        CHECK(recv_status(fd, NULL, 0) == 0);
+        struct gpck_copy_range back_out = { e.device, 0, e.addr, 4096, 4096 };
+        CHECK(copy_one(fd, GPCK_COPY_OUT, &back_out, 0) == 0);
         uint8_t *first = mmap(NULL, 8192, PROT_READ, MAP_SHARED, f[0], 0);
         CHECK(first != MAP_FAILED);
         bool same = true;
@@ -611,8 +607,7 @@ static void given_round_trip(int fd, const struct gpck_staging_req *req, const i
             same &= first[4096 + i] == (uint8_t)(((2 * file + 4096 + i) * 7 + 3) % 251);
         CHECK(same);
         munmap(first, 8192);
-        r.staging_offset = 0;
-        CHECK(copy_back(fd, &r, GPCK_COPY_COMPLETES) == 0);
+        CHECK(copy_back(fd, &saved, GPCK_COPY_COMPLETES) == 0);
     }
     send_msg(fd, GPCK_RESUME, 11, NULL, 0);
     CHECK(recv_status(fd, NULL, 0) == 0);
