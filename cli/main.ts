@@ -197,10 +197,11 @@ function buildProgram(): Command {
     .description('move a running process to another GPU of this host, pointers unchanged')
     .argument('<pid>', 'process ID of an application started with gpuckpt run')
     .requiredOption('--to-device <gpu>', "target GPU: this host's ordinal or a GPU UUID")
+    .option('--via-host', 'move the pool through host memory even where the GPUs can copy to each other')
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt migrate 4242 --to-device 1']))
-    .action(async (pidText: string, opts: { toDevice: string; json?: boolean }) => {
-      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { progress: showProgress(opts) });
+    .action(async (pidText: string, opts: { toDevice: string; viaHost?: boolean; json?: boolean }) => {
+      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { viaHost: opts.viaHost, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(m));
       else printMigrate(m);
     });

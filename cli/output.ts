@@ -95,7 +95,7 @@ export function printInspect(r: InspectReport): void {
 }
 
 export function printSuspend(s: SuspendSummary): void {
-  const where = s.heldIn === 'memory' ? 'in host memory' : `at ${s.image} as ${formatBytes(s.storedBytes)}`;
+  const where = s.heldIn === 'memory' ? 'in host memory' : s.heldIn === 'gpu' ? 'on the target GPU' : `at ${s.image} as ${formatBytes(s.storedBytes)}`;
   console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held ${where}`);
   console.log(`  pool memory released after ${s.poolReleasedSeconds} s, GPU free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
 }
@@ -107,6 +107,7 @@ export function printResume(r: ResumeSummary): void {
 
 export function printMigrate(m: MigrateSummary): void {
   console.log(`process ${m.pid} moved to ${m.device}: ${formatBytes(m.rawBytes)} of pool, application down ${m.downtimeSeconds} s`);
+  console.log(m.route === 'gpu' ? '  pool copied GPU to GPU' : `  pool moved through host memory${m.whyThroughHost ? `: ${m.whyThroughHost}` : ''}`);
 }
 
 export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {

@@ -30,6 +30,8 @@ export interface HeldLayout {
   devices: string[];
   /** One copy request each. */
   groups: Placed[][];
+  /** Held on GPUs instead (peer-hold.ts): the GPU each ordinal's data lies on; groups is empty. */
+  gpus?: string[];
 }
 
 export interface StagedPool {
@@ -108,8 +110,8 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
     return undefined;
   }
   try {
-    const raw = JSON.parse(text) as { rawBytes: number; devices: string[]; groups: (Omit<Placed, 'addr'> & { addr: string })[][] };
-    return { rawBytes: raw.rawBytes, devices: raw.devices, groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))) };
+    const raw = JSON.parse(text) as { rawBytes: number; devices: string[]; groups: (Omit<Placed, 'addr'> & { addr: string })[][]; gpus?: string[] };
+    return { rawBytes: raw.rawBytes, devices: raw.devices, groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))), gpus: raw.gpus };
   } catch (e) {
     throw new GpuckptError('INTERNAL', `the held data's layout at ${join(dir, LAYOUT_FILE)} is unreadable: ${(e as Error).message}`);
   }

@@ -33,6 +33,7 @@ const STAGING_READY = 4;
 const STAGING_GIVEN = 8;
 const STAGING_UNPINNED = 16;
 const SUSPEND_HOLD_STAGING = 1;
+const SUSPEND_HOLD_PEER = 2;
 const QUIESCE_ROLLBACK = 1;
 const COPY_COMPLETES = 1;
 
@@ -281,11 +282,22 @@ export class ShimSession {
 
   /**
    * Releases the pool's GPU memory; the application stays held (see the
-   * protocol header). holdStaging: the data is in this session's staging
-   * memory, which the shim keeps; image then describes its layout.
+   * protocol header). held: where the data is besides image: in this
+   * session's staging memory ('staging'), which the shim keeps, image then
+   * describing its layout; or on another GPU ('peer', after peerHold).
    */
-  suspendPool(image: string, holdStaging = false): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image, flags: holdStaging ? SUSPEND_HOLD_STAGING : 0 });
+  suspendPool(image: string, held?: 'staging' | 'peer'): Promise<{ bytes: number; ns: number }> {
+    const flags = held === 'staging' ? SUSPEND_HOLD_STAGING : held === 'peer' ? SUSPEND_HOLD_PEER : 0;
+    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image, flags });
+  }
+
+  /**
+   * Copies device's chunks in use from first on (one per fd) into the
+   * memory behind fds, on another GPU (see GPCK_PEER_HOLD); the shim keeps
+   * its copies of the fds, this process still owns its own.
+   */
+  peerHold(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number; chunksHeld: number }> {
+    return this.request(MessageType.PEER_HOLD, 'copy the pool to another GPU', { device, first }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
   }
 
   /** The held data is now saved at image: the shim frees its copy. */
@@ -293,8 +305,8 @@ export class ShimSession {
     return this.request(MessageType.DROP_HELD, 'free the held pool data', { image });
   }
 
-  /** Maps the pool again after a suspend; this session then holds the application. */
-  remapPool(): Promise<{ bytes: number; ns: number }> {
+  /** Maps the pool again after a suspend; this session then holds the application. bytesCopied: see GPCK_SUSPEND_HOLD_PEER. */
+  remapPool(): Promise<{ bytes: number; ns: number; bytesCopied: number }> {
     return this.request(MessageType.REMAP_POOL, 'map the pool again', {}, REQUEST_TIMEOUT_MS, { ENOMEM: 'GPU_OUT_OF_MEMORY' });
   }
 

@@ -15,6 +15,9 @@
  * resume: driver restore (remapped onto the target GPU when asked), map the
  * pool again at the same addresses, DMA the held data (or load the image)
  * back, let the process go.
+ * migrate: a suspend and a resume onto another GPU, the pool moved GPU to
+ * GPU where the GPUs can copy to each other (peer-hold.ts): the remap then
+ * maps the moved memory and nothing is copied back in.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,6 +29,7 @@ import { faultPoint } from './faults.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
+import { holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
@@ -40,9 +44,11 @@ const SUSPEND_LEASE_MS = 10 * 60_000;
 
 export interface SuspendSummary {
   pid: number;
-  /** Where the pool's data is held: the hold directory (in memory) or the image. */
+  /** Where the pool's data is held: the hold directory (in host or GPU memory) or the image. */
   image: string;
-  heldIn: 'memory' | 'image';
+  heldIn: 'memory' | 'gpu' | 'image';
+  /** Asked to hold it on another GPU (a migrate) but could not: why. */
+  whyNotOnGpu?: string;
   rawBytes: number;
   /** Bytes of the image; 0 while the data is held in memory. */
   storedBytes: number;
@@ -64,7 +70,10 @@ export interface ResumeSummary {
   rawBytes: number;
   driverRestoreSeconds: number;
   remapSeconds: number;
+  /** 0 when the data was on the GPU already (a migrate's peer hold). */
   copyGBps: number;
+  /** Held on another GPU than the one the process resumed on: what the remap copied across. */
+  remapCopiedBytes: number;
   seconds: number;
   phases: Phases;
 }
@@ -75,7 +84,12 @@ export function defaultHoldDir(pid: number): string {
   return join(base, `gpuckpt-${process.getuid?.() ?? 0}`, `suspended-${pid}`);
 }
 
-export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string } = {}): Promise<SuspendSummary> {
+/**
+ * to: write an image there. onto (a migrate): the GPU the process will be
+ * resumed on, checked for room before anything moves; the pool goes there
+ * GPU to GPU unless viaHost.
+ */
+export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string; onto?: string; viaHost?: boolean } = {}): Promise<SuspendSummary> {
   const t0 = performance.now();
   const clock = new PhaseClock();
   const holdDir = defaultHoldDir(pid);
@@ -89,22 +103,25 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     const devices = await session.devices();
     const uuids = devices.map((d) => d.uuid);
     const needs = measureGpuNeeds(pid, devices, status);
+    const pairs = opts.onto ? gpuPairs(uuids, opts.onto) : undefined;
+    if (pairs) checkGpuRoom(pid, needs, uuids, pairs, `process ${pid} carries on where it is`);
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
     clock.mark('checks');
     const times = { released: 0, gpuFree: 0 };
 
     /**
-     * The pool's GPU memory released, its data held at where (hold: in the
-     * staging memory, described there; else an image), then the driver's
-     * part: the GPU is free. stillRunning cleans up after a refusal.
+     * The pool's GPU memory released, its data held at where (held: in the
+     * staging memory or on other GPUs, described there; else an image),
+     * then the driver's part: the GPU is free. stillRunning cleans up after
+     * a refusal.
      */
-    const freeGpu = async (where: string, hold: boolean, stillRunning: () => void) => {
-      const image = hold ? undefined : where;
+    const freeGpu = async (where: string, held: 'staging' | 'peer' | undefined, stillRunning: () => void) => {
+      const image = held ? undefined : where;
       try {
-        await session.suspendPool(where, hold);
+        await session.suspendPool(where, held);
       } catch (e) {
-        await resumeHalfSuspended(session, pid, e, { keepImage: !hold, image }, stillRunning);
+        await resumeHalfSuspended(session, pid, e, { keepImage: !held, image }, stillRunning);
       }
       times.released = performance.now();
       clock.mark('release');
@@ -112,18 +129,28 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       times.gpuFree = performance.now();
     };
 
-    /** Staging holds the whole pool: hand it to the shim, free the GPU. */
-    const releaseHeld = async (layout: HeldLayout) => {
+    /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
+    const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging') => {
       writeHeldLayout(holdDir, layout);
-      writeGpuNeeds(holdDir, needs);
-      await freeGpu(holdDir, true, () => rmSync(holdDir, { recursive: true, force: true }));
+      // Held on the GPUs it goes to, the pool is there already: only the rest of the process needs room.
+      writeGpuNeeds(holdDir, held === 'peer' ? needs.map((n) => ({ ...n, poolBytes: '0' })) : needs);
+      await freeGpu(holdDir, held, () => rmSync(holdDir, { recursive: true, force: true }));
     };
 
+    let whyNotOnGpu: string | undefined;
+    if (pairs && !opts.viaHost && !opts.to) {
+      const held = await holdOnGpus(session, status, uuids, pairs, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
+      if ('layout' in held) {
+        await releaseHeld(held.layout, 'peer');
+        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, times, clock);
+      }
+      whyNotOnGpu = held.why;
+    }
     if (!opts.to) {
       const staged = await stagePool(session, status, uuids, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
-        return summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock);
+        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
       }
     }
 
@@ -155,12 +182,12 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       await session.dropHeld(image);
       rmSync(holdDir, { recursive: true, force: true });
     } else {
-      await freeGpu(image, false, () => {
+      await freeGpu(image, undefined, () => {
         if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
       });
     }
     clock.mark('image');
-    return summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock);
+    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
   } finally {
     session.close();
   }
@@ -169,7 +196,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
 function summary(
   pid: number,
   image: string,
-  heldIn: 'memory' | 'image',
+  heldIn: SuspendSummary['heldIn'],
   raw: number,
   stored: number,
   copyGBps: number,
@@ -256,7 +283,9 @@ export async function resumeProcess(
     const taken = layout?.devices ?? imageReader!.manifest.devices.map((d) => d.uuid);
     const rawBytes = layout?.rawBytes ?? Number(imageReader!.manifest.data.rawBytes);
     const current = currentDevices(where) ?? taken;
-    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
+    // Held on other GPUs, the data is where the process was going.
+    const wanted = opts.device ?? layout?.gpus?.[0];
+    const target = wanted === undefined ? undefined : resolveGpu(wanted);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
     checkGpuRoom(pid, readGpuNeeds(where), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
     clock.mark('checks');
@@ -271,8 +300,9 @@ export async function resumeProcess(
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
     }
     const thawed = performance.now();
+    let remapped;
     try {
-      await session.remapPool();
+      remapped = await session.remapPool();
     } catch (e) {
       // Stay suspended: free the GPU again whatever else fails, and
       // remember where the driver put us (for the next resume's checks).
@@ -286,10 +316,12 @@ export async function resumeProcess(
         throw new GpuckptError('TARGET_NO_MEMORY', `${target ? `GPU ${target.uuid}` : 'the GPU'} has no room for the pool (${formatBytes(rawBytes)}): process ${pid} stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'SHIM_ERROR', `${(e as Error).message}: process ${pid} stays suspended`);
     }
-    const remapped = performance.now();
+    const mappedAt = performance.now();
     clock.mark('remap');
     let copySeconds: number;
-    if (layout) {
+    if (layout?.gpus) {
+      copySeconds = Infinity; // mapped where it was held, or copied there by the remap
+    } else if (layout) {
       copySeconds = await copyHeldIn(session, layout, clock);
     } else {
       const using = opts.loader ?? (loader = await PoolLoader.open(imageReader!, opts));
@@ -309,8 +341,9 @@ export async function resumeProcess(
       device: target?.uuid,
       rawBytes,
       driverRestoreSeconds: round((thawed - t0) / 1000),
-      remapSeconds: round((remapped - thawed) / 1000),
+      remapSeconds: round((mappedAt - thawed) / 1000),
       copyGBps: round(rawBytes / 1e9 / Math.max(copySeconds, 1e-9), 2),
+      remapCopiedBytes: remapped.bytesCopied,
       seconds: round((performance.now() - t0) / 1000),
       phases: clock.phases,
     };
@@ -324,26 +357,46 @@ export async function resumeProcess(
 export interface MigrateSummary {
   pid: number;
   device: string;
+  /** How the pool went: GPU to GPU, or through host memory (and why). */
+  route: 'gpu' | 'host';
+  whyThroughHost?: string;
   rawBytes: number;
   /** The application's downtime: from its pause until it runs on the new GPU. */
   downtimeSeconds: number;
+  /** The whole command, checks and preparations while the application ran included. */
+  seconds: number;
   suspend: SuspendSummary;
   resume: ResumeSummary;
 }
 
-export async function migrateProcess(pid: number, device: string, opts: CheckpointOptions = {}): Promise<MigrateSummary> {
-  resolveGpu(device); // refuse a bad target before the process is touched
+/** viaHost: through host memory even where the GPUs can copy to each other. */
+export async function migrateProcess(pid: number, device: string, opts: CheckpointOptions & { viaHost?: boolean } = {}): Promise<MigrateSummary> {
+  const target = resolveGpu(device); // refuse a bad target before the process is touched
   const t0 = performance.now();
-  const suspend = await suspendProcess(pid, opts);
+  const suspend = await suspendProcess(pid, { ...opts, onto: target.uuid });
   const resume = await resumeProcess(pid, { ...opts, device });
+  const seconds = (performance.now() - t0) / 1000;
   return {
     pid,
     device: resume.device!,
+    route: suspend.heldIn === 'gpu' ? 'gpu' : 'host',
+    whyThroughHost: suspend.heldIn === 'gpu' ? undefined : (suspend.whyNotOnGpu ?? (opts.viaHost ? 'asked to (--via-host)' : undefined)),
     rawBytes: suspend.rawBytes,
-    downtimeSeconds: round((performance.now() - t0) / 1000),
+    downtimeSeconds: round(seconds - untilPause(suspend.phases)),
+    seconds: round(seconds),
     suspend,
     resume,
   };
+}
+
+/** Seconds of a suspend before its (first) pause: the steps before 'quiesce', which the application runs through. */
+function untilPause(phases: Phases): number {
+  let s = 0;
+  for (const [step, seconds] of Object.entries(phases)) {
+    if (step === 'quiesce') break;
+    s += seconds;
+  }
+  return s;
 }
 
 /** "N" (this host's ordinal) or a GPU UUID → the GPU. */

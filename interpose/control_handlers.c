@@ -13,6 +13,7 @@
 #include "gate.h"
 #include "log.h"
 #include "outside.h"
+#include "peer_hold.h"
 #include "real_driver.h"
 #include "shim.h"
 
@@ -81,6 +82,7 @@ static uint64_t run_again(struct gp_client *c)
     let_go(c);
     suspension = RUNNING;
     held_image[0] = 0;
+    gp_peer_drop();
     if (c->staging.borrowed) /* the held memory, unpinned before it goes */
         gp_staging_release_later(&c->staging, &held_data);
     else
@@ -128,7 +130,8 @@ static void handle_status(struct gpck_status_rep *rep)
     for (int d = 0; d < info.device_count && d < (int)GPCK_MAX_DEVICES; d++) {
         struct gp_pool_device_usage u;
         gp_pool_usage(d, &u);
-        rep->devices[d] = (struct gpck_device_usage){ u.bytes_in_use, u.bytes_mapped, u.allocations };
+        rep->devices[d] = (struct gpck_device_usage){ u.bytes_in_use, u.bytes_mapped, u.allocations,
+                                                     gp_pool_chunks_in_use(d, NULL, 0) };
     }
 }
 
@@ -218,7 +221,8 @@ static int read_suspend_req(const void *payload, uint32_t len, const struct gpck
     const struct gpck_suspend_req *req = payload;
     if (!memchr(req->image, 0, sizeof(req->image)))
         return -ENAMETOOLONG;
-    if (req->flags & ~GPCK_SUSPEND_HOLD_STAGING)
+    if ((req->flags & ~(GPCK_SUSPEND_HOLD_STAGING | GPCK_SUSPEND_HOLD_PEER)) ||
+        (req->flags & GPCK_SUSPEND_HOLD_STAGING && req->flags & GPCK_SUSPEND_HOLD_PEER))
         return -EINVAL;
     *out = req;
     return 0;
@@ -237,8 +241,13 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
     if (live_windows)
         return -EBUSY;
     bool hold = req->flags & GPCK_SUSPEND_HOLD_STAGING;
+    bool on_gpu = req->flags & GPCK_SUSPEND_HOLD_PEER;
     if (hold && !c->staging.base)
         return -ENOENT;
+    if (on_gpu && !gp_peer_held_complete())
+        return -EINVAL;
+    if (!on_gpu)
+        gp_peer_drop();
     uint64_t t0 = gp_now_ns();
     /* Pinned staging is CUDA state too: unpin it before the driver saves it. */
     if (hold)
@@ -253,12 +262,13 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
      * resumes from there (remap skips what is still mapped). */
     suspension = SUSPENDED;
     let_go(c); /* the gate stays closed, held by no one */
+    const char *where = hold ? "in host memory, described at" : on_gpu ? "on another GPU, described at" : "at";
     if (err)
-        GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s",
-                 hold ? "in host memory, described at" : "at", held_image);
+        GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s", where,
+                 held_image);
     else
         GP_INFO("control", "suspended: released %llu MiB; data held %s %s", (unsigned long long)(rep->bytes >> 20),
-                hold ? "in host memory, described at" : "at", held_image);
+                where, held_image);
     return err;
 }
 
@@ -283,14 +293,20 @@ static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
         return suspension == RESTORING ? -EBUSY : -EINVAL;
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
-    int err = gp_pool_remap_all(&rep->bytes, &cu);
+    bool on_gpu = gp_peer_held_any();
+    int err = on_gpu ? gp_peer_remap(&rep->bytes, &rep->bytes_copied, &cu) : gp_pool_remap_all(&rep->bytes, &cu);
     rep->ns = gp_now_ns() - t0;
     if (err) {
-        GP_WARN("control", "remap failed (CUresult %d): still suspended", (int)cu);
+        GP_WARN("control", "remap failed (%d, CUresult %d): still suspended", err, (int)cu);
         return err;
     }
+    if (on_gpu)
+        GP_INFO("control", "remapped the pool from the memory held on the GPU: %llu MiB in place, %llu MiB copied from "
+                "another GPU", (unsigned long long)((rep->bytes - rep->bytes_copied) >> 20),
+                (unsigned long long)(rep->bytes_copied >> 20));
     suspension = RESTORING;
-    restore_complete = false;
+    /* Held on a GPU, the data is in the pool once it is mapped. */
+    restore_complete = on_gpu;
     take_gate(c, false);
     c->lease_ms = GPCK_DEFAULT_LEASE_MS;
     return 0;
@@ -616,13 +632,37 @@ void gp_client_fds_sent(struct gp_client *c)
     gp_staging_close_files(&c->staging); /* the only fds a reply passes */
 }
 
+static int handle_peer_hold(struct gp_client *c, const void *payload, uint32_t len, struct gp_fds_in *given,
+                            struct gpck_peer_rep *rep)
+{
+    if (len != sizeof(struct gpck_peer_req))
+        return -EPROTO;
+    const struct gpck_peer_req *req = payload;
+    /* Copies are only consistent while the application is held still. */
+    if (gate_holder != c || suspension != RUNNING)
+        return -EPERM;
+    if (live_windows)
+        return -EBUSY;
+    uint64_t t0 = gp_now_ns();
+    CUresult cu = CUDA_SUCCESS;
+    int err = gp_peer_hold((int)req->device, req->first, given->fds, given->count, &rep->bytes, &rep->chunks_held, &cu);
+    rep->ns = gp_now_ns() - t0;
+    if (err) {
+        GP_WARN("control", "could not hold device %u's pool on another GPU (%d, CUresult %d): nothing is held",
+                req->device, err, (int)cu);
+        return err;
+    }
+    given->count = 0; /* held */
+    return 0;
+}
+
 int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
                       uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send)
 {
     uint32_t len = h->payload_len;
     *send = (struct gp_fds){ 0 };
-    if (given->count && h->type != GPCK_STAGING_MAP)
-        return -EINVAL; /* only staging brings fds */
+    if (given->count && h->type != GPCK_STAGING_MAP && h->type != GPCK_PEER_HOLD)
+        return -EINVAL; /* only staging and peer memory bring fds */
     switch (h->type) {
     case GPCK_HELLO:
         *reply_len = sizeof(struct gpck_hello_rep);
@@ -664,6 +704,9 @@ int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const vo
         return handle_digest(c, payload, len, reply, reply_len);
     case GPCK_LIVE_WINDOW:
         return handle_live_window(c, payload, len);
+    case GPCK_PEER_HOLD:
+        *reply_len = sizeof(struct gpck_peer_rep);
+        return handle_peer_hold(c, payload, len, given, reply);
     default:
         return -EOPNOTSUPP;
     }
@@ -699,6 +742,7 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
         return;
     }
     uint64_t ns = gp_gate_open();
+    gp_peer_drop(); /* a migrate cut off before its suspend */
     GP_WARN("control", "%s with the application paused; resumed it after %.3f s", why, ns / 1e9);
     let_go(c);
 }

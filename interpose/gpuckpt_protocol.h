@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 8u
+#define GPCK_PROTOCOL_VERSION 9u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -43,6 +43,7 @@ enum gpck_type {
     GPCK_DROP_HELD = 13,   /* gpck_suspend_req -> (none): the held data is saved elsewhere */
     GPCK_BLOCK_DIGEST = 14,/* gpck_digest_req -> gpck_digest_rep: a digest per block of a range */
     GPCK_LIVE_WINDOW = 15, /* gpck_live_req -> (none): copy and digest while the application runs */
+    GPCK_PEER_HOLD = 16,   /* gpck_peer_req + fds -> gpck_peer_rep: copy pool chunks into another GPU's memory */
 };
 
 struct gpck_header {
@@ -90,6 +91,7 @@ struct gpck_device_usage {
     uint64_t bytes_in_use;     /* live pool allocations */
     uint64_t bytes_mapped;     /* physical memory backing the pool */
     uint64_t allocations;
+    uint64_t chunks_in_use;    /* chunks holding live allocations: what a remap maps */
 };
 
 struct gpck_status_rep {
@@ -316,6 +318,13 @@ struct gpck_live_req {
  * GPCK_DROP_HELD: while suspended, the data now lies at image; the held
  * memory is freed. */
 #define GPCK_SUSPEND_HOLD_STAGING 1u
+/* GPCK_SUSPEND_HOLD_PEER: GPCK_PEER_HOLD requests put every chunk in use
+ * into memory on other GPUs; the shim keeps their fds (only the fds, so the
+ * driver's checkpoint sees none of it), and the next REMAP_POOL maps that
+ * memory at the chunks' addresses, or copies it there when it lies on
+ * another GPU than the chunk's. -EINVAL (nothing released) while any chunk
+ * in use is not held. */
+#define GPCK_SUSPEND_HOLD_PEER 2u
 
 struct gpck_suspend_req {
     uint32_t flags;            /* GPCK_SUSPEND_* */
@@ -326,11 +335,37 @@ struct gpck_suspend_req {
 /* Remap: physical memory for every chunk holding live allocations, on the
  * same device ordinals (after a driver restore onto other GPUs, those
  * ordinals are the new GPUs). The sender then holds the gate, to copy the
- * data in and RESUME. -ENOMEM: the GPU lacks the memory; the pool stays
+ * data in and RESUME; after GPCK_SUSPEND_HOLD_PEER the data is in place
+ * already, and the sender only RESUMEs. -ENOMEM: the GPU lacks the memory; the pool stays
  * released and the application held. */
 struct gpck_pool_rep {
     uint64_t bytes;
     uint64_t ns;
+    uint64_t bytes_copied;     /* remap from peer memory on another GPU than the chunk's */
+};
+
+/* Peer hold (a migrate through NVLink): the controller allocates memory of
+ * chunk_size bytes per chunk on the GPU the process moves to and sends one
+ * exported POSIX fd (cuMemExportToShareableHandle) per chunk. The shim
+ * imports them, copies chunks [first, first + count) of device's chunks in
+ * use (address order, GPCK_STATUS counts them) into them device to device,
+ * drops its imports and keeps the fds. Sent by the gate's holder while the
+ * pool runs, in order from first 0 (which starts over); the fds are the
+ * request's (at most GPCK_MAX_STAGING_FILES). A hold that fails drops
+ * every held fd (-EPERM without the gate, -EBUSY with a live window open:
+ * refused, nothing changes); the pool is untouched either way. A RESUME, a
+ * SUSPEND_POOL without GPCK_SUSPEND_HOLD_PEER, or the holder leaving drops
+ * them too. */
+struct gpck_peer_req {
+    uint32_t device;           /* the pool's device ordinal (slice) */
+    uint32_t reserved;
+    uint64_t first;
+};
+
+struct gpck_peer_rep {
+    uint64_t bytes;            /* copied by this request */
+    uint64_t ns;
+    uint64_t chunks_held;      /* of device, so far */
 };
 
 #endif

@@ -12,8 +12,8 @@
 #include "real_driver.h"
 
 /* The entry points the shim calls while serving the controller: the
- * quiesce (context and stream synchronise), the copies out and in, and
- * the pool's release and remapping. */
+ * quiesce (context and stream synchronise), the copies out and in, the
+ * pool's release and remapping, and a migrate's peer hold (imports). */
 #define GP_FAULTABLE(X)                                                                                              \
     X(cuCtxSynchronize, (void), ())                                                                                  \
     X(cuStreamSynchronize, (CUstream s), (s))                                                                        \
@@ -25,7 +25,9 @@
       (ptr, n, off, h, f))                                                                                           \
     X(cuMemSetAccess, (CUdeviceptr ptr, size_t n, const CUmemAccessDesc *d, size_t count), (ptr, n, d, count))       \
     X(cuMemUnmap, (CUdeviceptr ptr, size_t n), (ptr, n))                                                             \
-    X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))
+    X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))                                                          \
+    X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle * h, void *fd, CUmemAllocationHandleType t),     \
+      (h, fd, t))
 
 static void *real_of[GP_IDX_COUNT];
 /* Per entry point: the call that fails (0: none) and the calls so far. */

@@ -25,6 +25,7 @@ export const MessageType = {
   DROP_HELD: 13,
   BLOCK_DIGEST: 14,
   LIVE_WINDOW: 15,
+  PEER_HOLD: 16,
 } as const;
 
 /** enum gpck_pool_state */
@@ -58,7 +59,8 @@ export interface StatusReply {
   poolState: number;
   outsidePool: OutsidePool;
   gatedCalls: bigint;
-  devices: { bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
+  /** chunksInUse: chunks holding live allocations (what a remap maps, what a peer hold carries). */
+  devices: { bytesInUse: bigint; bytesMapped: bigint; allocations: number; chunksInUse: number }[];
   /** While suspended: the image holding the pool's data. */
   heldImage: string;
 }
@@ -113,6 +115,8 @@ interface NativeModule {
     pairs?: { from: string; to: string }[],
   ): Promise<{ result: number; state?: number }>;
   listGpus(): { ordinal: number; name: string; uuid: string }[];
+  /** chunkSize bytes each on the GPU with that UUID, exported as POSIX fds (the caller's to close); rejects with cuResult set. */
+  createPeerChunks(uuid: string, chunkSize: number, count: number): Promise<number[]>;
   /** NVML's view; null without NVML. */
   gpuMemory(): { uuid: string; free: bigint; total: bigint }[] | null;
   /** What one process holds per GPU; null when NVML cannot say. */

@@ -151,17 +151,11 @@ static uint64_t chunk_addr(const struct slice *s, size_t i)
     return s->base + (uint64_t)i * pool.cfg.chunk_size;
 }
 
-static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
+/* Maps handle (which the chunk then owns) at chunk i and gives the slice's
+ * devices access; on failure the handle is released. */
+static int map_chunk_handle(struct slice *s, size_t i, CUmemGenericAllocationHandle handle, CUresult *cu_err)
 {
-    struct chunk *c = &s->chunks[i];
-    CUmemAllocationProp prop = {0};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = s->device;
-    CUresult r = pool.ops.mem_create(&c->handle, pool.cfg.chunk_size, &prop, 0);
-    if (r != CUDA_SUCCESS)
-        return cu_fail(r, cu_err, r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO);
-    r = pool.ops.mem_map(chunk_addr(s, i), pool.cfg.chunk_size, 0, c->handle, 0);
+    CUresult r = pool.ops.mem_map(chunk_addr(s, i), pool.cfg.chunk_size, 0, handle, 0);
     if (r == CUDA_SUCCESS) {
         r = pool.ops.mem_set_access(chunk_addr(s, i), pool.cfg.chunk_size, s->access, s->access_count);
         if (r != CUDA_SUCCESS && s->access_count > 1) {
@@ -174,12 +168,26 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
             pool.ops.mem_unmap(chunk_addr(s, i), pool.cfg.chunk_size);
     }
     if (r != CUDA_SUCCESS) {
-        pool.ops.mem_release(c->handle);
+        pool.ops.mem_release(handle);
         return cu_fail(r, cu_err, r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO);
     }
-    c->mapped = true;
+    s->chunks[i].handle = handle;
+    s->chunks[i].mapped = true;
     s->bytes_mapped += pool.cfg.chunk_size;
     return 0;
+}
+
+static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
+{
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = s->device;
+    CUmemGenericAllocationHandle handle;
+    CUresult r = pool.ops.mem_create(&handle, pool.cfg.chunk_size, &prop, 0);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, cu_err, r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO);
+    return map_chunk_handle(s, i, handle, cu_err);
 }
 
 /* A chunk the driver would not unmap stays mapped (and counted): marking it
@@ -436,16 +444,26 @@ int gp_pool_release_all(uint64_t *bytes_released)
     return err;
 }
 
-int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
+int gp_pool_remap_all_from(gp_chunk_source source, void *arg, uint64_t *bytes_mapped, CUresult *cu_err)
 {
     int err = 0;
     *bytes_mapped = 0;
     for (int d = 0; gp_pool_active() && d < pool.cfg.device_count && !err; d++) {
         struct slice *s = &pool.slices[d];
         pthread_mutex_lock(&s->lock);
-        for (size_t i = 0; i < s->chunk_count && !err; i++)
-            if (s->chunks[i].used && !s->chunks[i].mapped)
-                err = map_chunk(s, i, cu_err);
+        size_t k = 0; /* index among the chunks in use */
+        for (size_t i = 0; i < s->chunk_count && !err; i++) {
+            if (!s->chunks[i].used)
+                continue;
+            if (!s->chunks[i].mapped) {
+                CUmemGenericAllocationHandle handle;
+                if (!source)
+                    err = map_chunk(s, i, cu_err);
+                else if (!(err = source(d, k, chunk_addr(s, i), &handle, arg, cu_err)))
+                    err = map_chunk_handle(s, i, handle, cu_err);
+            }
+            k++;
+        }
         *bytes_mapped += s->bytes_mapped;
         pthread_mutex_unlock(&s->lock);
     }
@@ -455,6 +473,29 @@ int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
         *bytes_mapped = 0;
     }
     return err;
+}
+
+int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err)
+{
+    return gp_pool_remap_all_from(NULL, NULL, bytes_mapped, cu_err);
+}
+
+size_t gp_pool_chunks_in_use(int device, uint64_t *addrs, size_t max)
+{
+    if (!gp_pool_active() || device < 0 || device >= pool.cfg.device_count)
+        return 0;
+    struct slice *s = &pool.slices[device];
+    size_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->chunk_count; i++) {
+        if (!s->chunks[i].used)
+            continue;
+        if (n < max)
+            addrs[n] = chunk_addr(s, i);
+        n++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 uint64_t gp_pool_free_mapped(int device)

@@ -93,6 +93,17 @@ int gp_pool_release_all(uint64_t *bytes_released);
 /* Maps physical memory again under every chunk that holds live
  * allocations. On failure everything is released again (-ENOMEM). */
 int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err);
+/* Physical memory for the k-th chunk in use of device (address order, as
+ * gp_pool_chunks_in_use lists them), at addr: 0 with a handle the pool then
+ * owns, or -errno (*cu_err where the driver refused). */
+typedef int (*gp_chunk_source)(int device, size_t k, uint64_t addr, CUmemGenericAllocationHandle *handle, void *arg,
+                               CUresult *cu_err);
+/* gp_pool_remap_all with the memory from source (called with the slice's
+ * lock held: it must not call back into the pool). */
+int gp_pool_remap_all_from(gp_chunk_source source, void *arg, uint64_t *bytes_mapped, CUresult *cu_err);
+/* The chunks of device holding live allocations, in address order: their
+ * addresses go to addrs (at most max). Returns how many there are. */
+size_t gp_pool_chunks_in_use(int device, uint64_t *addrs, size_t max);
 /* Free physical bytes the pool holds mapped on device (allocatable at once). */
 uint64_t gp_pool_free_mapped(int device);
 

@@ -162,6 +162,54 @@ describe('migrate', () => {
     const summary = json(m.stdout);
     expect(summary.device).toBe('GPU-46414b45-0100-0000-0000-000000000000');
     expect(typeof summary.downtimeSeconds).toBe('number');
+    // GPU to GPU: the fake leaves the process's ordinals where they were, so
+    // the remap finds the memory on the other device and copies it across.
+    expect(summary).toMatchObject({ route: 'gpu', suspend: { heldIn: 'gpu' }, resume: { copyGBps: 0 } });
+    expect(summary.resume.remapCopiedBytes).toBeGreaterThan(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('goes through host memory when asked to (--via-host)', async () => {
+    const { app, ready } = await start();
+    const m = cli(['migrate', String(app.pid), '--to-device', '1', '--via-host', '--json']);
+    expect(m.stderr).toBe('');
+    expect(json(m.stdout)).toMatchObject({ route: 'host', whyThroughHost: 'asked to (--via-host)', suspend: { heldIn: 'memory' } });
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('goes through host memory when the application cannot take the GPU memory (an import fails)', async () => {
+    const { app, ready } = await start({ GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:2' });
+    const m = cli(['migrate', String(app.pid), '--to-device', '1', '--json']);
+    expect(m.stderr).toBe('');
+    expect(m.code).toBe(0);
+    const summary = json(m.stdout);
+    expect(summary).toMatchObject({ route: 'host', suspend: { heldIn: 'memory' } });
+    expect(summary.whyThroughHost).toMatch(/copy the pool to another GPU/);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    expect(psRow(app.pid)).toMatchObject({ poolState: 'active', gate: 'open' });
+  });
+
+  it('keeps the data on the other GPU when the remap fails, and the next resume brings it back', async () => {
+    // Imports 1 and 2 are the hold's (two chunks), 3 is the remap's first.
+    const { app, ready } = await start({ GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:3' });
+    const m = cli(['migrate', String(app.pid), '--to-device', '1']);
+    expect(m.code).toBe(1);
+    expect(m.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(m.stderr).toMatch(new RegExp(`process ${app.pid} stays suspended`));
+    expect(psRow(app.pid).poolState).toBe('suspended');
+    const r = cli(['resume', String(app.pid), '--json']);
+    expect(r.stderr).toBe('');
+    expect(json(r.stdout)).toMatchObject({ device: 'GPU-46414b45-0100-0000-0000-000000000000' });
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('brings the process back on its own GPU when the driver refuses to checkpoint it, the held memory copied home', async () => {
+    const { app, ready } = await start();
+    const m = cli(['migrate', String(app.pid), '--to-device', '1'], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessCheckpoint:1' });
+    expect(m.code).toBe(1);
+    expect(m.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(m.stderr).toMatch(new RegExp(`suspend failed, process ${app.pid} resumed`));
+    expect(psRow(app.pid)).toMatchObject({ poolState: 'active', gate: 'open' });
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 

@@ -37,9 +37,9 @@ $(T)/test_bounce: test/c/test_bounce.c interpose/bounce.c interpose/bounce.h int
 	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_bounce.c interpose/bounce.c interpose/log.c interpose/config.c \
 		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
-$(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h
-	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ $<
+# Linked against the fake, to make exported GPU memory as a controller does for a migrate.
+$(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
 
 # The CPU test application, linked against the fake (-lcuda) and in the
 # cudart-like variant that takes entry points from cuGetProcAddress.

@@ -8,6 +8,7 @@
 #include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
 #include "host_digest.h"
+#include "peer_memory.h"
 #include "session.h"
 #include "shared_memory.h"
 
@@ -23,6 +24,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("listGpus", Napi::Function::New(env, ListGpus, "listGpus"));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
+  exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));

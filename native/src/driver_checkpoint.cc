@@ -1,78 +1,13 @@
 #include "driver_checkpoint.h"
 
-#include <dlfcn.h>
-
-#include <cstdio>
-#include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#define __CUDA_API_VERSION_INTERNAL 1
-#include <cuda.h>
+#include "driver_api.h"
 
 namespace gpuckpt {
 
 namespace {
-
-struct Driver {
-  CUresult (*init)(unsigned);
-  CUresult (*device_count)(int*);
-  CUresult (*device_get)(CUdevice*, int);
-  CUresult (*device_name)(char*, int, CUdevice);
-  CUresult (*device_uuid)(CUuuid*, CUdevice);
-  CUresult (*get_state)(int, CUprocessState*);
-  CUresult (*lock)(int, CUcheckpointLockArgs*);
-  CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs*);
-  CUresult (*restore)(int, CUcheckpointRestoreArgs*);
-  CUresult (*unlock)(int, CUcheckpointUnlockArgs*);
-  bool ok;
-};
-
-// Loaded once; the controller never creates a context, cuInit only.
-const Driver& driver() {
-  static Driver d{};
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    auto sym = [h](const char* n) { return dlsym(h, n); };
-    d.init = reinterpret_cast<decltype(d.init)>(sym("cuInit"));
-    d.device_count = reinterpret_cast<decltype(d.device_count)>(sym("cuDeviceGetCount"));
-    d.device_get = reinterpret_cast<decltype(d.device_get)>(sym("cuDeviceGet"));
-    d.device_name = reinterpret_cast<decltype(d.device_name)>(sym("cuDeviceGetName"));
-    d.device_uuid = reinterpret_cast<decltype(d.device_uuid)>(sym("cuDeviceGetUuid_v2"));
-    if (!d.device_uuid) d.device_uuid = reinterpret_cast<decltype(d.device_uuid)>(sym("cuDeviceGetUuid"));
-    d.get_state = reinterpret_cast<decltype(d.get_state)>(sym("cuCheckpointProcessGetState"));
-    d.lock = reinterpret_cast<decltype(d.lock)>(sym("cuCheckpointProcessLock"));
-    d.checkpoint = reinterpret_cast<decltype(d.checkpoint)>(sym("cuCheckpointProcessCheckpoint"));
-    d.restore = reinterpret_cast<decltype(d.restore)>(sym("cuCheckpointProcessRestore"));
-    d.unlock = reinterpret_cast<decltype(d.unlock)>(sym("cuCheckpointProcessUnlock"));
-    d.ok = d.init && d.init(0) == CUDA_SUCCESS;
-  });
-  return d;
-}
-
-std::string UuidString(const CUuuid& u) {
-  char s[48];
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return s;
-}
-
-bool ParseUuid(const std::string& text, CUuuid* out) {
-  std::string hex;
-  for (char c : text.rfind("GPU-", 0) == 0 ? text.substr(4) : text)
-    if (c != '-') hex += c;
-  if (hex.size() != 32) return false;
-  for (int i = 0; i < 16; i++) {
-    unsigned v;
-    if (sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    out->bytes[i] = static_cast<char>(v);
-  }
-  return true;
-}
 
 class CheckpointWorker : public Napi::AsyncWorker {
  public:

@@ -102,6 +102,9 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       }
       return true;
     }
+    case GPCK_PEER_HOLD:
+      Append(out, gpck_peer_req{static_cast<uint32_t>(ToU64(args.Get("device"))), 0, ToU64(args.Get("first"))});
+      return true;
     default:
       err = "unknown request type " + std::to_string(type);
       return false;
@@ -162,6 +165,7 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
           d.Set("bytesInUse", Big(env, r->devices[i].bytes_in_use));
           d.Set("bytesMapped", Big(env, r->devices[i].bytes_mapped));
           d.Set("allocations", Num(env, static_cast<double>(r->devices[i].allocations)));
+          d.Set("chunksInUse", Num(env, static_cast<double>(r->devices[i].chunks_in_use)));
           devs.Set(i, d);
         }
         o.Set("devices", devs);
@@ -214,6 +218,14 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       if (auto* r = As<gpck_pool_rep>(b)) {
         o.Set("bytes", Num(env, static_cast<double>(r->bytes)));
         o.Set("ns", Num(env, static_cast<double>(r->ns)));
+        o.Set("bytesCopied", Num(env, static_cast<double>(r->bytes_copied)));
+      }
+      break;
+    case GPCK_PEER_HOLD:
+      if (auto* r = As<gpck_peer_rep>(b)) {
+        o.Set("bytes", Num(env, static_cast<double>(r->bytes)));
+        o.Set("ns", Num(env, static_cast<double>(r->ns)));
+        o.Set("chunksHeld", Num(env, static_cast<double>(r->chunks_held)));
       }
       break;
     case GPCK_COPY_OUT:

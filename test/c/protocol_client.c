@@ -6,8 +6,11 @@
  *   protocol_client SOCKET as-uid UID     connect as another uid: refused
  *   protocol_client SOCKET fuzz N SEED    N random messages (seeded), then
  *                                         a hello that must still work
+ * Linked against the fake driver, with which it makes GPU memory to hand
+ * the shim as a migrating controller does.
  */
 #define _GNU_SOURCE
+#include <cuda.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -559,22 +562,26 @@ static int staging_file(uint64_t size, uint64_t at, int salt, bool seal)
     return fd;
 }
 
-/* Fds of pid that are this test's staging memfds (the shim keeps none once it has mapped them). */
-static int memfds_of(int pid)
+/* Fds of pid whose target begins with prefix: this test's staging memfds
+ * (the shim keeps none once it has mapped them), or the fake driver's
+ * device memory (its handles' memfds). */
+static int fds_named(int pid, const char *prefix)
 {
-    char dir[64], link[80], target[256];
-    snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+    char link[80], target[256];
     int n = 0;
-    for (int fd = 0; fd < 1024; fd++) {
-        snprintf(link, sizeof(link), "%s/%d", dir, fd);
+    for (int fd = 0; fd < 4096; fd++) {
+        snprintf(link, sizeof(link), "/proc/%d/fd/%d", pid, fd);
         ssize_t len = readlink(link, target, sizeof(target) - 1);
         if (len > 0) {
             target[len] = 0;
-            n += strncmp(target, "/memfd:test-staging", 19) == 0;
+            n += strncmp(target, prefix, strlen(prefix)) == 0;
         }
     }
     return n;
 }
+
+#define memfds_of(pid) fds_named(pid, "/memfd:test-staging")
+#define device_memfds_of(pid) fds_named(pid, "/memfd:fake-cuda-dev")
 
 /* Gives f (three files of 1 MiB, 1 MiB, 512 KiB) as staging with req, and
  * checks that the third file's data goes into the pool and back out into
@@ -656,6 +663,99 @@ static void test_given_staging(void)
     for (int i = 0; i < 3; i++)
         close(f[i]);
     close(loose);
+    close(fd);
+}
+
+/* n chunks of device 0's memory, exported as fds, as the controller's
+ * createPeerChunks makes them (this process releases its handles). */
+static void exported_chunks(uint64_t chunk, int *fds, int n)
+{
+    CHECK(cuInit(0) == CUDA_SUCCESS);
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+    for (int i = 0; i < n; i++) {
+        CUmemGenericAllocationHandle h;
+        CHECK(cuMemCreate(&h, chunk, &prop, 0) == CUDA_SUCCESS);
+        CHECK(cuMemExportToShareableHandle(&fds[i], h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS);
+        CHECK(cuMemRelease(h) == CUDA_SUCCESS);
+    }
+}
+
+static int peer_hold(int fd, uint64_t first, const int *fds, uint32_t n, struct gpck_peer_rep *rep)
+{
+    struct gpck_peer_req req = { .device = 0, .first = first };
+    CHECK(send_with_fds(fd, GPCK_PEER_HOLD, 30, &req, sizeof(req), fds, n) == 0);
+    return recv_status(fd, rep, rep ? sizeof(*rep) : 0);
+}
+
+/* A migrate's peer hold (GPCK_PEER_HOLD) is refused without the gate, out
+ * of order, or beyond the chunks in use; a suspend holding peer memory is
+ * refused until every chunk is held; a controller that leaves drops what
+ * was held. Held whole, the pool is released, and the remap maps the held
+ * memory where the chunks were (on their own device: nothing is copied);
+ * the application gets its data back (bad-input.test.ts checks it), and
+ * the shim keeps no fd of the held memory afterwards. */
+static void test_peer_hold(void)
+{
+    int fd = connect_shim();
+    struct gpck_hello_req hr = { GPCK_PROTOCOL_VERSION, 0 };
+    struct gpck_hello_rep hello_rep;
+    send_msg(fd, GPCK_HELLO, 1, &hr, sizeof(hr));
+    CHECK(recv_status(fd, &hello_rep, sizeof(hello_rep)) == 0);
+    int pid = (int)hello_rep.pid, n = (int)status_of(fd).devices[0].chunks_in_use;
+    CHECK(n >= 1 && n < 8);
+    int f[8];
+    exported_chunks(hello_rep.chunk_size, f, n + 1);
+    int before = device_memfds_of(pid);
+    struct gpck_quiesce_req q = { 60000, 0 };
+    struct gpck_suspend_req sr = { .flags = GPCK_SUSPEND_HOLD_PEER };
+    strcpy(sr.image, "/tmp/held-on-a-gpu");
+
+    CHECK(peer_hold(fd, 0, f, (uint32_t)n, NULL) == -EPERM); /* gate not held */
+    send_msg(fd, GPCK_QUIESCE, 2, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(peer_hold(fd, 1, f, 1, NULL) == -EINVAL);                 /* out of order */
+    CHECK(peer_hold(fd, 0, f, (uint32_t)n + 1, NULL) == -EINVAL);   /* more than the chunks in use */
+    send_msg(fd, GPCK_SUSPEND_POOL, 3, &sr, sizeof(sr));            /* nothing held */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    struct gpck_peer_rep pr;
+    if (n > 1) {
+        CHECK(peer_hold(fd, 0, f, (uint32_t)n - 1, &pr) == 0 && pr.chunks_held == (uint64_t)n - 1);
+        send_msg(fd, GPCK_SUSPEND_POOL, 4, &sr, sizeof(sr)); /* not all held */
+        CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    }
+    CHECK(peer_hold(fd, 0, f, (uint32_t)n, &pr) == 0); /* first 0 starts over */
+    CHECK(pr.chunks_held == (uint64_t)n && pr.bytes == (uint64_t)n * hello_rep.chunk_size);
+    CHECK(device_memfds_of(pid) == before + n);
+    close(fd); /* the controller leaves: the gate reopens, the hold goes */
+    usleep(100000);
+    fd = connect_shim();
+    CHECK(hello(fd) == 0);
+    struct gpck_status_rep st = status_of(fd);
+    CHECK(st.pool_state == GPCK_POOL_ACTIVE && st.gate_state == GPCK_GATE_OPEN);
+    CHECK(device_memfds_of(pid) == before);
+
+    send_msg(fd, GPCK_QUIESCE, 5, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(peer_hold(fd, 0, f, (uint32_t)n, &pr) == 0);
+    send_msg(fd, GPCK_SUSPEND_POOL, 6, &sr, sizeof(sr));
+    struct gpck_pool_rep pool;
+    CHECK(recv_status(fd, &pool, sizeof(pool)) == 0);
+    st = status_of(fd);
+    CHECK(st.pool_state == GPCK_POOL_SUSPENDED && st.devices[0].bytes_mapped == 0);
+    CHECK(strcmp(st.held_image, sr.image) == 0);
+    send_msg(fd, GPCK_REMAP_POOL, 7, NULL, 0);
+    CHECK(recv_status(fd, &pool, sizeof(pool)) == 0);
+    CHECK(pool.bytes_copied == 0 && pool.bytes >= (uint64_t)n * hello_rep.chunk_size);
+    send_msg(fd, GPCK_RESUME, 8, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    /* The pool's chunks are the imports now; the held fds go on a thread of the shim's. */
+    for (int i = 0; i < 200 && device_memfds_of(pid) != before; i++)
+        usleep(10000);
+    CHECK(device_memfds_of(pid) == before);
+    for (int i = 0; i <= n; i++)
+        close(f[i]);
     close(fd);
 }
 
@@ -805,6 +905,7 @@ int main(int argc, char **argv)
     RUN(test_disconnect_reopens_gate);
     RUN(test_rollback_rules);
     RUN(test_given_staging);
+    RUN(test_peer_hold);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
 }

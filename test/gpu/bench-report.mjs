@@ -25,6 +25,7 @@ const ROWS = [
   ['suspend: GPU free (anchor: driver lock + checkpoint)', 'suspend_gpu_free_s', 'anchor_gpu_free_s', 's', { 'pool-16g': 0.8 }],
   ['resume (anchor: driver restore + unlock)', 'resume_s', 'anchor_driver_restore_s', 's', { 'pool-16g': 0.8 }],
   ['migrate to GPU 1: downtime', 'migrate_downtime_s', undefined, 's', { 'pool-16g': 1.0 }],
+  ['… the same through host memory (--via-host)', 'migrate_via_host_downtime_s', undefined, 's', {}],
   ['checkpoint --gpu-only: application pause', 'gpu_only_pause_s', undefined, 's', {}],
   ['checkpoint --gpu-only: image durable', 'gpu_only_durable_s', undefined, 's', {}],
   ['checkpoint --gpu-only: image on disk', 'gpu_only_image_bytes', undefined, 'GB', {}],
@@ -141,6 +142,8 @@ function table(name, r) {
   const phases = [
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
     phaseLine(r, 'resume.', "Where resume's time goes"),
+    phaseLine(r, 'migrate.suspend.', "Where a migrate's (GPU to GPU) suspend half goes"),
+    phaseLine(r, 'migrate.resume.', "Where a migrate's (GPU to GPU) resume half goes"),
     phaseLine(
       r,
       'restore.',

@@ -320,12 +320,21 @@ async function benchWorkload(h, runs, w) {
       for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
       for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
       if (twoGpus) {
+        // GPU to GPU (NVLink), then the same trip through host memory for comparison.
         const there = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--json'], 600_000);
         await w.verify(p, ready, `${round}: after migrate to GPU 1`);
+        if (there.route !== 'gpu' && h.nvlinked(0, 1)) throw h.failure(`${round}: migrate went through host memory: ${there.whyThroughHost}`);
         const back = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--json'], 600_000);
         await w.verify(p, ready, `${round}: after migrate back to GPU 0`);
         add('migrate_downtime_s', there.downtimeSeconds);
         add('migrate_back_downtime_s', back.downtimeSeconds);
+        for (const [k, v] of Object.entries(there.suspend.phases ?? {})) add(`migrate.suspend.${k}_s`, v);
+        for (const [k, v] of Object.entries(there.resume.phases ?? {})) add(`migrate.resume.${k}_s`, v);
+        const hostThere = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--via-host', '--json'], 600_000);
+        const hostBack = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--via-host', '--json'], 600_000);
+        await w.verify(p, ready, `${round}: after migrate to GPU 1 and back through host memory`);
+        add('migrate_via_host_downtime_s', hostThere.downtimeSeconds);
+        add('migrate_via_host_back_downtime_s', hostBack.downtimeSeconds);
       }
 
       const img = path.join(p.dir, `proc-${i}`);

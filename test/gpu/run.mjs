@@ -654,6 +654,14 @@ function gpuMemoryOf(pid) {
   return out;
 }
 
+/** True when nvidia-smi's topology shows NVLink between GPUs a and b (a migrate then goes GPU to GPU). */
+function nvlinked(a, b) {
+  const r = spawnSync('nvidia-smi', ['topo', '-m'], { encoding: 'utf8' });
+  // Strip the colour codes, then row "GPUa" has one column per GPU.
+  const row = (r.stdout ?? '').replace(/\x1b\[[0-9;]*m/g, '').split('\n').find((l) => l.startsWith(`GPU${a}\t`) || l.startsWith(`GPU${a} `));
+  return /^NV\d+$/.test(row?.trim().split(/\s+/)[1 + b] ?? '');
+}
+
 function gpuUuids() {
   const r = spawnSync('nvidia-smi', ['--query-gpu=uuid', '--format=csv,noheader'], { encoding: 'utf8' });
   return (r.stdout ?? '').split('\n').map((x) => x.trim()).filter(Boolean);
@@ -1034,21 +1042,29 @@ async function suspendScenario(name, prog, args, gpus, cycles = 1) {
     for (const [step, sec] of Object.entries(sus.phases ?? {})) (runs[`suspend.${step}_s`] ??= []).push(sec);
     for (const [step, sec] of Object.entries(res.phases ?? {})) (runs[`resume.${step}_s`] ??= []).push(sec);
     if (uuids.length >= 2) {
+      // There GPU to GPU (where NVLink joins them), back through host memory: both routes, each checked.
       const mig = await cliJson(['migrate', String(app.pid), '--to-device', '1', '--json'], 300_000);
       expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate to GPU 1');
+      if (mig.route !== 'gpu' && nvlinked(0, 1)) throw failure(`migrate went through host memory although NVLink joins GPU 0 and 1: ${mig.whyThroughHost}`);
       const on1 = gpuMemoryOf(app.pid);
       if (!on1[uuids[1]] || on1[uuids[0]]) throw failure(`after migrate to GPU 1 nvidia-smi shows ${JSON.stringify(on1)}`);
-      const back = await cliJson(['migrate', String(app.pid), '--to-device', '0', '--json'], 300_000);
-      expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate back to GPU 0');
+      const back = await cliJson(['migrate', String(app.pid), '--to-device', '0', '--via-host', '--json'], 300_000);
+      expectSame((await app.send('state', 'state')).buffers, R, 'state after migrate back to GPU 0 through host memory');
+      const on0 = gpuMemoryOf(app.pid);
+      if (!on0[uuids[0]] || on0[uuids[1]]) throw failure(`after migrate back to GPU 0 nvidia-smi shows ${JSON.stringify(on0)}`);
       runs.migrate_downtime_s.push(mig.downtimeSeconds);
       runs.migrate_back_downtime_s.push(back.downtimeSeconds);
+      runs.migrate_route = [mig.route === 'gpu' ? 'GPU to GPU' : `through host memory (${mig.whyThroughHost})`];
+      for (const [step, sec] of Object.entries(mig.suspend.phases ?? {})) (runs[`migrate.suspend.${step}_s`] ??= []).push(sec);
+      for (const [step, sec] of Object.entries(mig.resume.phases ?? {})) (runs[`migrate.resume.${step}_s`] ??= []).push(sec);
     }
   }
   const m = { cycles };
   for (const [k, v] of Object.entries(runs)) if (v.length) m[k] = median(v);
   if (cycles > 1) m.all_suspend_s = runs.suspend_s.join(',');
   let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}), resume restored the data bit for bit${cycles > 1 ? ` (${cycles} cycles)` : ''}`;
-  if (runs.migrate_downtime_s.length) detail += `; migrate to GPU 1 and back kept the data (median downtime ${fmt(m.migrate_downtime_s)} s / ${fmt(m.migrate_back_downtime_s)} s)`;
+  if (runs.migrate_downtime_s.length)
+    detail += `; migrate to GPU 1 (${runs.migrate_route[0]}) and back through host memory kept the data (median downtime ${fmt(m.migrate_downtime_s)} s / ${fmt(m.migrate_back_downtime_s)} s)`;
   // The program still computes after all of it.
   const M = (await app.send('mutate', 'mutated')).buffers;
   expectAllDiffer(M, R, 'mutate after resume');
@@ -1252,7 +1268,7 @@ async function main() {
   say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}`);
   if (env.GPU_RUN_MODE === 'bench') {
     const { runBench } = await import('./bench.mjs');
-    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, pythonJob, describeExit });
+    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit });
     return;
   }
 
