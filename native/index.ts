@@ -115,6 +115,8 @@ interface NativeModule {
     pairs?: { from: string; to: string }[],
   ): Promise<{ result: number; state?: number }>;
   listGpus(): { ordinal: number; name: string; uuid: string }[];
+  /** Loads and initialises the CUDA driver (cuInit) on a libuv thread; later driver calls wait for it. */
+  warmDriver(): void;
   /** chunkSize bytes each on the GPU with that UUID, exported as POSIX fds (the caller's to close); rejects with cuResult set. */
   createPeerChunks(uuid: string, chunkSize: number, count: number): Promise<number[]>;
   /** NVML's view; null without NVML. */

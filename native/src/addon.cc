@@ -22,6 +22,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));
   exports.Set("driverCheckpoint", Napi::Function::New(env, DriverCheckpoint, "driverCheckpoint"));
   exports.Set("listGpus", Napi::Function::New(env, ListGpus, "listGpus"));
+  exports.Set("warmDriver", Napi::Function::New(env, WarmDriver, "warmDriver"));
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
   exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));

@@ -66,7 +66,21 @@ class CheckpointWorker : public Napi::AsyncWorker {
   int state_ = 0;
 };
 
+// driver() on the libuv pool; its result is not needed here.
+class WarmWorker : public Napi::AsyncWorker {
+ public:
+  explicit WarmWorker(Napi::Env env) : Napi::AsyncWorker(env, "gpuckpt.warmDriver") {}
+
+ protected:
+  void Execute() override { driver(); }
+};
+
 }  // namespace
+
+Napi::Value WarmDriver(const Napi::CallbackInfo& info) {
+  (new WarmWorker(info.Env()))->Queue();
+  return info.Env().Undefined();
+}
 
 Napi::Value DriverCheckpoint(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

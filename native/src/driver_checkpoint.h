@@ -14,6 +14,9 @@ namespace gpuckpt {
 //   pairs (restore): [{ from: 'GPU-uuid', to: 'GPU-uuid' }]
 // result is the CUresult (0 = success); -1: no checkpoint API in the driver.
 Napi::Value DriverCheckpoint(const Napi::CallbackInfo& info);
+// warmDriver(): loads and initialises the driver on the libuv pool, so that
+// the first call that needs it finds it ready (driver_api.h loads it once).
+Napi::Value WarmDriver(const Napi::CallbackInfo& info);
 // listGpus(): [{ ordinal, name, uuid }] as this process's driver sees them.
 Napi::Value ListGpus(const Napi::CallbackInfo& info);
 

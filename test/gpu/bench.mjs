@@ -313,10 +313,19 @@ async function benchWorkload(h, runs, w) {
 
       const sus = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
       if (Object.keys(h.gpuMemoryOf(pid)).length) throw h.failure(`${round}: the suspended process still holds GPU memory`);
+      const r0 = performance.now();
       const res = await h.cliJson(['resume', String(pid), '--json'], 600_000);
+      add('resume_command_s', (performance.now() - r0) / 1000);
       await w.verify(p, ready, `${round}: after suspend + resume`);
       add('suspend_gpu_free_s', sus.gpuFreeSeconds);
       add('resume_s', res.seconds);
+      // The same without starting cuInit as the command starts (cli/driver-warmup.ts), for comparison.
+      await h.cliJson(['suspend', String(pid), '--json'], 600_000, { GPUCKPT_DRIVER_WARMUP: '0' });
+      const c0 = performance.now();
+      const cold = await h.cliJson(['resume', String(pid), '--json'], 600_000, { GPUCKPT_DRIVER_WARMUP: '0' });
+      add('resume_command_no_warmup_s', (performance.now() - c0) / 1000);
+      add('resume_no_warmup_s', cold.seconds);
+      await w.verify(p, ready, `${round}: after suspend + resume without the driver warm-up`);
       for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
       for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
       if (twoGpus) {

@@ -278,7 +278,7 @@ class App {
 }
 
 /** Runs the CLI; resolves {code, signal, stdout, stderr, seconds}. */
-function runCli(args, ms) {
+function runCli(args, ms, extraEnv = {}) {
   return new Promise((resolve, reject) => {
     let to;
     try {
@@ -289,7 +289,7 @@ function runCli(args, ms) {
     }
     const t0 = Date.now();
     const [cmd, argv] = cliCommand(args);
-    const child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env }));
+    const child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, ...extraEnv } }));
     let stdout = '';
     let stderr = '';
     let timedOut = false;
@@ -318,8 +318,8 @@ function runCli(args, ms) {
 const tail = (s, n = 12) => s.trimEnd().split('\n').filter(Boolean).slice(-n).map((l) => '  ' + l);
 
 /** Runs the CLI with --json; exit 0 and one JSON value on stdout, or throws. */
-async function cliJson(args, ms = 60_000) {
-  const r = await runCli(args, ms);
+async function cliJson(args, ms = 60_000, extraEnv = {}) {
+  const r = await runCli(args, ms, extraEnv);
   const what = `gpuckpt ${args.join(' ')}`;
   if (r.code !== 0) {
     const lines = r.stderr.trimEnd().split('\n').filter(Boolean);

@@ -1,0 +1,10 @@
+#!/usr/bin/env node
+/**
+ * bin/gpuckpt's entry point: starts the driver's initialisation where the
+ * command needs it (driver-warmup.ts), then loads the CLI, whose static
+ * imports would otherwise all load first.
+ */
+import { warmDriverFor } from './driver-warmup.js';
+
+warmDriverFor(process.argv[2]);
+await import('./main.js');
