@@ -5,7 +5,8 @@
  * suspended application holds nothing. For the commands whose first driver
  * call is on their critical path, one libuv thread does it while node loads
  * the rest of the CLI and the command connects and checks. Node exits only
- * once that work is done, so no command ends inside cuInit.
+ * once that work is done, so no command ends inside cuInit (the CLI never
+ * calls process.exit: commander's exits are overridden in main.ts).
  * GPUCKPT_DRIVER_WARMUP=0 turns it off (the bench compares both).
  */
 import { native } from '../native/index.js';

@@ -4,7 +4,7 @@
  * prints. A GpuckptError becomes one line on stderr and exit status 1;
  * anything else is a bug and keeps its stack.
  */
-import { Command, Option } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { checkpointGpuOnly } from '../controller/checkpoint.js';
 import { runDemo } from '../controller/demo.js';
 import { GpuckptError } from '../controller/errors.js';
@@ -73,7 +73,10 @@ function buildProgram(): Command {
     .description('Checkpoint and restore CUDA applications: device memory in a fixed-address pool, saved and put back at identical addresses')
     .version('0.1.0')
     .showHelpAfterError('(run with --help for usage)')
-    .configureOutput({ outputError: (s, write) => write(s.startsWith('error:') ? `gpuckpt: ${s.slice(7)}` : s) });
+    .configureOutput({ outputError: (s, write) => write(s.startsWith('error:') ? `gpuckpt: ${s.slice(7)}` : s) })
+    // Help, version and usage errors end by returning, never process.exit:
+    // the driver warm-up (driver-warmup.ts) may still be inside cuInit.
+    .exitOverride();
 
   program
     .command('run')
@@ -260,9 +263,17 @@ function buildProgram(): Command {
 }
 
 async function main(): Promise<void> {
+  // A reader that went away (gpuckpt --help | head) is not an error of ours.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+  });
   try {
     await buildProgram().parseAsync(process.argv);
   } catch (e) {
+    if (e instanceof CommanderError) {
+      process.exitCode = e.exitCode; // commander printed what there was to say
+      return;
+    }
     if (e instanceof GpuckptError) {
       process.stderr.write(`gpuckpt: ${e.message}\n`);
       process.exitCode = 1;

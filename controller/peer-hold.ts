@@ -11,12 +11,14 @@
  *
  * Not taken (the caller goes through host memory) when a GPU with pool data
  * would stay where it is, the target lacks memory for it, or the shim cannot
- * import or reach it; the process has then only been paused and let go.
+ * import or reach it; the process runs on as before (let go again if it
+ * had been paused).
  */
 import { closeSync } from 'node:fs';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import type { GpuPair } from './driver-checkpoint.js';
 import type { HeldLayout } from './held-memory.js';
+import type { GpuNeed } from './gpu-room.js';
 import type { PhaseClock } from './phase-clock.js';
 import type { ShimSession } from './session.js';
 import { native, type StatusReply } from '../native/index.js';
@@ -40,6 +42,16 @@ function moving(status: StatusReply, devices: string[], to: string[]): { device:
   const staying = used.find((u) => to[u.device].toLowerCase() === devices[u.device].toLowerCase());
   if (staying) return `the process's GPU ${staying.device} (${devices[staying.device]}) does not move`;
   return used;
+}
+
+/**
+ * What a resume needs room for when the pool is held on GPUs: an ordinal
+ * that lands where its data is held needs none for its pool (it is there
+ * already); one that lands elsewhere needs it all (the remap copies it).
+ */
+export function besidesHeld(needs: GpuNeed[] | undefined, heldOn: string[], current: string[], pairs: GpuPair[] | undefined): GpuNeed[] | undefined {
+  const lands = pairs ? destinations(current, pairs) : current;
+  return needs?.map((n, i) => (lands[i]?.toLowerCase() === heldOn[i]?.toLowerCase() ? { ...n, poolBytes: '0' } : n));
 }
 
 function closeAll(fds: number[][]): void {
@@ -69,7 +81,10 @@ export async function holdOnGpus(
   };
   let paused = false;
   try {
-    await Promise.all(want.map((w) => allocate(w.device, w.count)));
+    // Settled all, so that what one GPU gave is closed below when another refused.
+    const given = await Promise.allSettled(want.map((w) => allocate(w.device, w.count)));
+    const refused = given.find((g) => g.status === 'rejected');
+    if (refused) throw refused.reason;
     clock?.mark('allocate');
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
     paused = true;
@@ -81,6 +96,7 @@ export async function holdOnGpus(
       if (w.count > fds[w.device].length) await allocate(w.device, w.count - fds[w.device].length);
       for (const fd of fds[w.device].splice(w.count)) closeSync(fd);
     }
+    await session.peerRoom();
     clock?.mark('quiesce');
     const c0 = performance.now();
     let copied = 0;

@@ -70,6 +70,8 @@ export class ShimSession {
   private readonly conn: NativeSession;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** performance.now() when this session first asked for a pause (the application's downtime starts there). */
+  firstPauseAt?: number;
 
   private constructor(pid: number, conn: NativeSession, hello: HelloReply) {
     this.pid = pid;
@@ -153,6 +155,7 @@ export class ShimSession {
    * application stays held instead of running on a mix of two states.
    */
   quiesce(leaseMs: number, rollback = false): Promise<{ drainNs: number; syncNs: number }> {
+    this.firstPauseAt ??= performance.now();
     return this.request(MessageType.QUIESCE, 'quiesce', { leaseMs, flags: rollback ? QUIESCE_ROLLBACK : 0 }, leaseMs + REQUEST_TIMEOUT_MS, {
       ENOTRECOVERABLE: 'HALF_RESTORED',
     });
@@ -296,6 +299,11 @@ export class ShimSession {
    * memory behind fds, on another GPU (see GPCK_PEER_HOLD); the shim keeps
    * its copies of the fds, this process still owns its own.
    */
+  /** Room in the application for the fds of every chunk in use (see GPCK_PEER_HOLD); OUT_OF_FDS when its hard limit is short. */
+  async peerRoom(): Promise<void> {
+    await this.request(MessageType.PEER_HOLD, 'make room for fds in the application', { device: 0, first: 0 }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' });
+  }
+
   peerHold(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number; chunksHeld: number }> {
     return this.request(MessageType.PEER_HOLD, 'copy the pool to another GPU', { device, first }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
   }

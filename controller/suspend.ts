@@ -29,7 +29,7 @@ import { faultPoint } from './faults.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
-import { holdOnGpus } from './peer-hold.js';
+import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { ShimSession } from './session.js';
@@ -58,6 +58,8 @@ export interface SuspendSummary {
   poolReleasedSeconds: number;
   /** From the start to the driver holding no GPU memory for the process. */
   gpuFreeSeconds: number;
+  /** From the start to the application's (first) pause: what it ran through. */
+  pauseStartSeconds: number;
   seconds: number;
   /** Seconds of each step, in order. */
   phases: Phases;
@@ -128,12 +130,12 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       await freezeOrResume(pid, image, clock);
       times.gpuFree = performance.now();
     };
+    const pausedAt = () => session.firstPauseAt ?? performance.now();
 
     /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
     const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging') => {
       writeHeldLayout(holdDir, layout);
-      // Held on the GPUs it goes to, the pool is there already: only the rest of the process needs room.
-      writeGpuNeeds(holdDir, held === 'peer' ? needs.map((n) => ({ ...n, poolBytes: '0' })) : needs);
+      writeGpuNeeds(holdDir, needs);
       await freeGpu(holdDir, held, () => rmSync(holdDir, { recursive: true, force: true }));
     };
 
@@ -142,7 +144,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       const held = await holdOnGpus(session, status, uuids, pairs, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if ('layout' in held) {
         await releaseHeld(held.layout, 'peer');
-        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, times, clock);
+        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, { ...times, paused: pausedAt() }, clock);
       }
       whyNotOnGpu = held.why;
     }
@@ -150,7 +152,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       const staged = await stagePool(session, status, uuids, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
-        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
+        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, { ...times, paused: pausedAt() }, clock), whyNotOnGpu };
       }
     }
 
@@ -187,7 +189,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       });
     }
     clock.mark('image');
-    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
+    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, { ...times, paused: pausedAt() }, clock), whyNotOnGpu };
   } finally {
     session.close();
   }
@@ -201,7 +203,7 @@ function summary(
   stored: number,
   copyGBps: number,
   t0: number,
-  times: { released: number; gpuFree: number },
+  times: { released: number; gpuFree: number; paused: number },
   clock: PhaseClock,
 ): SuspendSummary {
   return {
@@ -213,6 +215,7 @@ function summary(
     copyGBps: round(copyGBps, 2),
     poolReleasedSeconds: round((times.released - t0) / 1000),
     gpuFreeSeconds: round((times.gpuFree - t0) / 1000),
+    pauseStartSeconds: round((times.paused - t0) / 1000),
     seconds: round((performance.now() - t0) / 1000),
     phases: clock.phases,
   };
@@ -287,7 +290,8 @@ export async function resumeProcess(
     const wanted = opts.device ?? layout?.gpus?.[0];
     const target = wanted === undefined ? undefined : resolveGpu(wanted);
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
-    checkGpuRoom(pid, readGpuNeeds(where), current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
+    const needs = readGpuNeeds(where);
+    checkGpuRoom(pid, layout?.gpus ? besidesHeld(needs, layout.gpus, current, pairs) : needs, current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
     clock.mark('checks');
 
     try {
@@ -382,21 +386,11 @@ export async function migrateProcess(pid: number, device: string, opts: Checkpoi
     route: suspend.heldIn === 'gpu' ? 'gpu' : 'host',
     whyThroughHost: suspend.heldIn === 'gpu' ? undefined : (suspend.whyNotOnGpu ?? (opts.viaHost ? 'asked to (--via-host)' : undefined)),
     rawBytes: suspend.rawBytes,
-    downtimeSeconds: round(seconds - untilPause(suspend.phases)),
+    downtimeSeconds: round(seconds - suspend.pauseStartSeconds),
     seconds: round(seconds),
     suspend,
     resume,
   };
-}
-
-/** Seconds of a suspend before its (first) pause: the steps before 'quiesce', which the application runs through. */
-function untilPause(phases: Phases): number {
-  let s = 0;
-  for (const [step, seconds] of Object.entries(phases)) {
-    if (step === 'quiesce') break;
-    s += seconds;
-  }
-  return s;
 }
 
 /** "N" (this host's ordinal) or a GPU UUID → the GPU. */

@@ -248,6 +248,7 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
         return -EINVAL;
     if (!on_gpu)
         gp_peer_drop();
+    *rep = (struct gpck_pool_rep){ 0 };
     uint64_t t0 = gp_now_ns();
     /* Pinned staging is CUDA state too: unpin it before the driver saves it. */
     if (hold)
@@ -291,6 +292,7 @@ static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
 {
     if (suspension != SUSPENDED)
         return suspension == RESTORING ? -EBUSY : -EINVAL;
+    *rep = (struct gpck_pool_rep){ 0 };
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
     bool on_gpu = gp_peer_held_any();
@@ -643,6 +645,9 @@ static int handle_peer_hold(struct gp_client *c, const void *payload, uint32_t l
         return -EPERM;
     if (live_windows)
         return -EBUSY;
+    *rep = (struct gpck_peer_rep){ 0 };
+    if (!given->count)
+        return gp_peer_make_room();
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
     int err = gp_peer_hold((int)req->device, req->first, given->fds, given->count, &rep->bytes, &rep->chunks_held, &cu);

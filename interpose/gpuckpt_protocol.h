@@ -351,11 +351,16 @@ struct gpck_pool_rep {
  * use (address order, GPCK_STATUS counts them) into them device to device,
  * drops its imports and keeps the fds. Sent by the gate's holder while the
  * pool runs, in order from first 0 (which starts over); the fds are the
- * request's (at most GPCK_MAX_STAGING_FILES). A hold that fails drops
- * every held fd (-EPERM without the gate, -EBUSY with a live window open:
- * refused, nothing changes); the pool is untouched either way. A RESUME, a
- * SUSPEND_POOL without GPCK_SUSPEND_HOLD_PEER, or the holder leaving drops
- * them too. */
+ * request's (at most GPCK_MAX_STAGING_FILES). Sent without fds first, it
+ * makes room for them: the application's soft RLIMIT_NOFILE is raised up
+ * to its hard limit if the fds of every chunk in use would not fit (and
+ * put back once they are closed); -EMFILE when even the hard limit is too
+ * low, and the controller goes through host memory. A hold that fails in the
+ * shim's copy or its checks drops every held fd (refused before that,
+ * nothing changes: -EPROTO, -EPERM without the gate, -EBUSY with a live
+ * window open, -EMFILE when the fds did not fit); the pool is untouched
+ * either way. A RESUME, a SUSPEND_POOL without GPCK_SUSPEND_HOLD_PEER, or
+ * the holder leaving drops them too. */
 struct gpck_peer_req {
     uint32_t device;           /* the pool's device ordinal (slice) */
     uint32_t reserved;

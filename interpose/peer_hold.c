@@ -2,15 +2,22 @@
 #define _GNU_SOURCE
 #include "peer_hold.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../pool/pool.h"
 #include "contexts.h"
+#include "log.h"
 #include "real_driver.h"
+
+/* Room kept beyond the hold's own fds, for the application and the driver. */
+#define FD_MARGIN 64
 
 struct held_slice {
     int *fds;      /* one per chunk in use, in the pool's order */
@@ -19,6 +26,64 @@ struct held_slice {
 };
 
 static struct held_slice held[GP_POOL_MAX_DEVICES];
+/* The application's soft fd limit before gp_peer_make_room raised it (0:
+ * not raised); put back once the held fds are closed, on whichever thread
+ * closes them. */
+static _Atomic rlim_t raised_from;
+
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -errno;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+static void restore_fd_limit(void)
+{
+    rlim_t before = atomic_exchange(&raised_from, 0);
+    struct rlimit rl;
+    if (before && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = before;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int gp_peer_make_room(void)
+{
+    const struct gp_pool_config *cfg = gp_pool_config();
+    if (!cfg)
+        return -EINVAL;
+    rlim_t need = 0;
+    for (int d = 0; d < cfg->device_count; d++)
+        need += gp_pool_chunks_in_use(d, NULL, 0);
+    long open = open_fds();
+    struct rlimit rl;
+    if (open < 0)
+        return (int)open;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -errno;
+    /* Twice the chunks: the driver may keep an fd per imported handle while
+     * the held fds are still open (the fake driver does). */
+    rlim_t want = (rlim_t)open + 2 * need + FD_MARGIN;
+    if (rl.rlim_cur >= want)
+        return 0;
+    if (rl.rlim_max < want)
+        return -EMFILE;
+    rlim_t before = rl.rlim_cur;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -errno;
+    rlim_t none = 0;
+    atomic_compare_exchange_strong(&raised_from, &none, before); /* the first value is the application's */
+    GP_INFO("peer", "raised the soft fd limit from %llu to %llu for a migrate's %llu chunks, until they are mapped",
+            (unsigned long long)before, (unsigned long long)want, (unsigned long long)need);
+    return 0;
+}
 
 static int cu_errno(CUresult r, CUresult *cu_err)
 {
@@ -38,6 +103,7 @@ void gp_peer_drop(void)
 {
     for (int d = 0; d < GP_POOL_MAX_DEVICES; d++)
         drop_slice(&held[d]);
+    restore_fd_limit();
 }
 
 static void *drop_job_run(void *arg)
@@ -46,6 +112,7 @@ static void *drop_job_run(void *arg)
     for (int d = 0; d < GP_POOL_MAX_DEVICES; d++)
         drop_slice(&job[d]);
     free(job);
+    restore_fd_limit();
     return NULL;
 }
 

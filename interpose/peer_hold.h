@@ -19,6 +19,10 @@
 
 #include "cuda_api.h"
 
+/* Room for the fds of a hold of every chunk in use: the application's soft
+ * RLIMIT_NOFILE is raised (up to its hard limit) if it is short, and put
+ * back once the held fds are closed. -EMFILE when the hard limit is short. */
+int gp_peer_make_room(void);
 /* Copies chunks [first, first + count) of device's chunks in use into the
  * memory behind fds (one each) and keeps the fds, which are then the
  * module's; the caller keeps them on failure. first 0 starts over. Any

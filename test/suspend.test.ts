@@ -5,7 +5,7 @@
  * while it is locked or checkpointed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
 import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
@@ -211,6 +211,23 @@ describe('migrate', () => {
     expect(m.stderr).toMatch(new RegExp(`suspend failed, process ${app.pid} resumed`));
     expect(psRow(app.pid)).toMatchObject({ poolState: 'active', gate: 'open' });
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('makes room for the fds of every chunk in an application whose soft fd limit is short, and puts the limit back', async () => {
+    // 2 MiB chunks: the test application's pool is then more chunks than a soft limit of 48 leaves fds for.
+    const wrapper = box.path('low-fd-limit.sh');
+    writeFileSync(wrapper, `#!/bin/sh\nulimit -Sn 48 || exit 1\nexec ${APPS.linked} "$@"\n`, { mode: 0o755 });
+    const low = await box.start(wrapper, { env: { ...fakeEnv, FAKE_CUDA_CKPT_BLOCK: '1', GPUCKPT_CHUNK_SIZE: '2M' } });
+    const softLimit = () => Number(/Max open files\s+(\d+)/.exec(readFileSync(`/proc/${low.app.pid}/limits`, 'utf8'))![1]);
+    expect(softLimit()).toBe(48);
+    // Without room made first, the hold's fds would not fit.
+    expect(readdirSync(`/proc/${low.app.pid}/fd`).length + psRow(low.app.pid).devices[0].chunksInUse).toBeGreaterThan(48);
+    const m = cli(['migrate', String(low.app.pid), '--to-device', '1', '--json']);
+    expect(m.stderr).toBe('');
+    expect(json(m.stdout)).toMatchObject({ route: 'gpu' });
+    expect(sameBuffers((await low.app.command('state')).buffers, low.ready.buffers)).toBe(true);
+    await new Promise((r) => setTimeout(r, 200)); // the held fds are closed on a thread of the shim's
+    expect(softLimit()).toBe(48);
   });
 
   it('refuses an unknown GPU before touching the process', async () => {
