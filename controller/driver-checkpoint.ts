@@ -24,6 +24,11 @@ export interface GpuPair {
   to: string;
 }
 
+/** The GPU a restore with pairs puts what is on gpu now: its pair's, or gpu itself (UUIDs compared without case). */
+export function landsOn(gpu: string, pairs: GpuPair[] | undefined): string {
+  return pairs?.find((p) => p.from.toLowerCase() === gpu.toLowerCase())?.to ?? gpu;
+}
+
 function check(result: number, what: string): void {
   if (result === -1) throw new GpuckptError('NO_DRIVER_CHECKPOINT', 'this NVIDIA driver has no process checkpoint API (driver 570 or newer is needed)');
   // Out of memory is the one refusal callers act on (a target GPU too full).

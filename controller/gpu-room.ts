@@ -10,7 +10,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError } from './errors.js';
-import type { GpuPair } from './driver-checkpoint.js';
+import { landsOn, type GpuPair } from './driver-checkpoint.js';
 import { formatBytes } from './units.js';
 import { native, type DeviceInfo, type StatusReply } from '../native/index.js';
 
@@ -77,7 +77,7 @@ export function checkGpuRoom(pid: number, needs: GpuNeed[] | undefined, current:
   const wanted = new Map<string, { bytes: bigint; pool: bigint; other: bigint; estimated: boolean }>();
   needs.forEach((n, i) => {
     const from = current[i] ?? n.uuid;
-    const to = (pairs?.find((p) => p.from.toLowerCase() === from.toLowerCase())?.to ?? from).toLowerCase();
+    const to = landsOn(from, pairs).toLowerCase();
     const pool = BigInt(n.poolBytes);
     const other = n.otherBytes === undefined ? CONTEXT_ESTIMATE : BigInt(n.otherBytes);
     const w = wanted.get(to) ?? { bytes: HEADROOM, pool: 0n, other: 0n, estimated: false };

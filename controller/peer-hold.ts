@@ -16,7 +16,7 @@
  */
 import { closeSync } from 'node:fs';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
-import type { GpuPair } from './driver-checkpoint.js';
+import { landsOn, type GpuPair } from './driver-checkpoint.js';
 import type { HeldLayout } from './held-memory.js';
 import type { GpuNeed } from './gpu-room.js';
 import type { PhaseClock } from './phase-clock.js';
@@ -28,11 +28,6 @@ export interface HeldOnGpus {
   /** Bytes the shim copied (whole chunks) and how long that took. */
   copiedBytes: number;
   copySeconds: number;
-}
-
-/** Where each ordinal's data goes: the pair's GPU, or its own. */
-function destinations(devices: string[], pairs: GpuPair[]): string[] {
-  return devices.map((u) => pairs.find((p) => p.from.toLowerCase() === u.toLowerCase())?.to ?? u);
 }
 
 /** The ordinals holding pool data, or why the GPU route cannot serve them. */
@@ -50,8 +45,7 @@ function moving(status: StatusReply, devices: string[], to: string[]): { device:
  * already); one that lands elsewhere needs it all (the remap copies it).
  */
 export function besidesHeld(needs: GpuNeed[] | undefined, heldOn: string[], current: string[], pairs: GpuPair[] | undefined): GpuNeed[] | undefined {
-  const lands = pairs ? destinations(current, pairs) : current;
-  return needs?.map((n, i) => (lands[i]?.toLowerCase() === heldOn[i]?.toLowerCase() ? { ...n, poolBytes: '0' } : n));
+  return needs?.map((n, i) => (current[i] && landsOn(current[i], pairs).toLowerCase() === heldOn[i]?.toLowerCase() ? { ...n, poolBytes: '0' } : n));
 }
 
 function closeAll(fds: number[][]): void {
@@ -71,7 +65,7 @@ export async function holdOnGpus(
   opts: { leaseMs?: number },
   clock?: PhaseClock,
 ): Promise<HeldOnGpus | { why: string }> {
-  const to = destinations(devices, pairs);
+  const to = devices.map((u) => landsOn(u, pairs)); // where each ordinal's data goes
   const chunk = Number(session.hello.chunkSize);
   const want = moving(status, devices, to);
   if (typeof want === 'string') return { why: want };

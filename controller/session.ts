@@ -294,16 +294,16 @@ export class ShimSession {
     return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image, flags });
   }
 
-  /**
-   * Copies device's chunks in use from first on (one per fd) into the
-   * memory behind fds, on another GPU (see GPCK_PEER_HOLD); the shim keeps
-   * its copies of the fds, this process still owns its own.
-   */
   /** Room in the application for the fds of every chunk in use (see GPCK_PEER_HOLD); OUT_OF_FDS when its hard limit is short. */
   async peerRoom(): Promise<void> {
     await this.request(MessageType.PEER_HOLD, 'make room for fds in the application', { device: 0, first: 0 }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' });
   }
 
+  /**
+   * Copies device's chunks in use from first on (one per fd) into the
+   * memory behind fds, on another GPU (see GPCK_PEER_HOLD); the shim keeps
+   * its copies of the fds, this process still owns its own.
+   */
   peerHold(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number; chunksHeld: number }> {
     return this.request(MessageType.PEER_HOLD, 'copy the pool to another GPU', { device, first }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
   }

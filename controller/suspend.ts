@@ -110,7 +110,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
     clock.mark('checks');
-    const times = { released: 0, gpuFree: 0 };
+    const times = { released: 0, gpuFree: 0, paused: 0 };
 
     /**
      * The pool's GPU memory released, its data held at where (held: in the
@@ -126,11 +126,11 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
         await resumeHalfSuspended(session, pid, e, { keepImage: !held, image }, stillRunning);
       }
       times.released = performance.now();
+      times.paused = session.firstPauseAt ?? times.released; // every route pauses before it gets here
       clock.mark('release');
       await freezeOrResume(pid, image, clock);
       times.gpuFree = performance.now();
     };
-    const pausedAt = () => session.firstPauseAt ?? performance.now();
 
     /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
     const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging') => {
@@ -144,7 +144,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       const held = await holdOnGpus(session, status, uuids, pairs, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if ('layout' in held) {
         await releaseHeld(held.layout, 'peer');
-        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, { ...times, paused: pausedAt() }, clock);
+        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, times, clock);
       }
       whyNotOnGpu = held.why;
     }
@@ -152,7 +152,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       const staged = await stagePool(session, status, uuids, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
-        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, { ...times, paused: pausedAt() }, clock), whyNotOnGpu };
+        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
       }
     }
 
@@ -189,7 +189,7 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       });
     }
     clock.mark('image');
-    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, { ...times, paused: pausedAt() }, clock), whyNotOnGpu };
+    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
   } finally {
     session.close();
   }

@@ -12,6 +12,7 @@
 
 #include "bounce.h"
 #include "contexts.h"
+#include "detached.h"
 #include "log.h"
 #include "real_driver.h"
 #include "shim.h"
@@ -422,17 +423,9 @@ static void *release_job_run(void *arg)
 void gp_staging_release_later(struct gp_staging *s, struct gp_held *held)
 {
     struct release_job *j = malloc(sizeof(*j));
-    pthread_t t;
-    pthread_attr_t attr;
-    bool started = false;
-    if (j) {
+    if (j)
         *j = (struct release_job){ .staging = *s, .held = *held };
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        started = pthread_create(&t, &attr, release_job_run, j) == 0;
-        pthread_attr_destroy(&attr);
-    }
-    if (started) {
+    if (j && gp_run_detached(release_job_run, j)) {
         *s = (struct gp_staging){ .nfds = 0 };
         *held = (struct gp_held){ 0 };
         return;

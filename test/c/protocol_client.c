@@ -80,11 +80,17 @@ static int recv_status(int fd, void *payload, size_t cap)
     return h.status;
 }
 
-static int hello(int fd)
+/* Hello with this build's version; the reply goes to rep where given. */
+static int say_hello(int fd, struct gpck_hello_rep *rep)
 {
     struct gpck_hello_req req = { GPCK_PROTOCOL_VERSION, 0 };
     send_msg(fd, GPCK_HELLO, 1, &req, sizeof(req));
-    return recv_status(fd, NULL, 0);
+    return recv_status(fd, rep, rep ? sizeof(*rep) : 0);
+}
+
+static int hello(int fd)
+{
+    return say_hello(fd, NULL);
 }
 
 static void test_hello_works(void)
@@ -628,10 +634,8 @@ static void given_round_trip(int fd, const struct gpck_staging_req *req, const i
 static void test_given_staging(void)
 {
     int fd = connect_shim();
-    struct gpck_hello_req hr = { GPCK_PROTOCOL_VERSION, 0 };
     struct gpck_hello_rep hello_rep;
-    send_msg(fd, GPCK_HELLO, 1, &hr, sizeof(hr));
-    CHECK(recv_status(fd, &hello_rep, sizeof(hello_rep)) == 0);
+    CHECK(say_hello(fd, &hello_rep) == 0);
     const uint64_t file = 1 << 20, size = (2 << 20) + (512 << 10); /* three files, the last one half */
     int f[3];
     for (int i = 0; i < 3; i++)
@@ -699,10 +703,8 @@ static int peer_hold(int fd, uint64_t first, const int *fds, uint32_t n, struct 
 static void test_peer_hold(void)
 {
     int fd = connect_shim();
-    struct gpck_hello_req hr = { GPCK_PROTOCOL_VERSION, 0 };
     struct gpck_hello_rep hello_rep;
-    send_msg(fd, GPCK_HELLO, 1, &hr, sizeof(hr));
-    CHECK(recv_status(fd, &hello_rep, sizeof(hello_rep)) == 0);
+    CHECK(say_hello(fd, &hello_rep) == 0);
     int pid = (int)hello_rep.pid, n = (int)status_of(fd).devices[0].chunks_in_use;
     CHECK(n >= 1 && n < 8);
     int f[8];
