@@ -13,11 +13,12 @@
 import { GpuckptError } from './errors.js';
 
 /**
- * checkpoint: compress, image-write; restore: image-read; reopen: the
+ * checkpoint: compress, image-write; whole-process checkpoint: criu-sync
+ * (making CRIU's files durable); restore: image-read; reopen: the
  * controller fails after its last copy into the pool, before it lets the
  * application go (rollback and resume).
  */
-export type FaultStep = 'compress' | 'image-write' | 'image-read' | 'reopen';
+export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen';
 
 export function faultPoint(step: FaultStep): void {
   const spec = process.env.GPUCKPT_TEST_FAULT;

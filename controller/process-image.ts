@@ -18,7 +18,10 @@ import { criuDump, criuRestore, criuRestoreError, findCriu, isShellJob, type Cri
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { openChain } from './image/chain.js';
 import { ImageReader, removeStaleTempDirs } from './image/index.js';
+import { fsyncDir, syncTree } from './image/durable.js';
+import { osErrorText } from './image/os-error.js';
 import { tempDirName } from './image/temp-dirs.js';
+import { faultPoint } from './faults.js';
 import { isAlive } from './processes.js';
 import { PoolLoader } from './pool-loader.js';
 import { checkGpuRoom, readGpuNeeds } from './gpu-room.js';
@@ -39,6 +42,8 @@ export interface ProcessCheckpointSummary {
   criuVersion: string;
   gpuFreeSeconds: number;
   dumpSeconds: number;
+  /** fsync of CRIU's files, after the dump (and after a --leave-running process runs again). */
+  syncSeconds: number;
   seconds: number;
 }
 
@@ -75,12 +80,17 @@ export async function checkpointProcess(
     throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its pool at ${work} (gpuckpt resume ${pid})`}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
-  try {
-    if (opts.leaveRunning) await resumeProcess(pid, { keepImage: true });
-  } finally {
-    if (opts.force && existsSync(target)) rmSync(target, { recursive: true, force: true });
-    renameSync(work, target);
-  }
+  let resumeFailure: unknown;
+  if (opts.leaveRunning) await resumeProcess(pid, { keepImage: true }).catch((e) => (resumeFailure = e));
+  // CRIU leaves its files to the page cache; the pool image is durable
+  // already, and the image is published only once CRIU's part is too.
+  const s0 = performance.now();
+  await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
+  const syncSeconds = (performance.now() - s0) / 1000;
+  if (opts.force && existsSync(target)) rmSync(target, { recursive: true, force: true });
+  renameSync(work, target);
+  await fsyncDir(dirname(target));
+  if (resumeFailure) throw resumeFailure;
   return {
     image: target,
     pid,
@@ -90,8 +100,26 @@ export async function checkpointProcess(
     criuVersion: criu.version,
     gpuFreeSeconds: suspended.gpuFreeSeconds,
     dumpSeconds: round(dumpSeconds),
+    syncSeconds: round(syncSeconds),
     seconds: round((performance.now() - t0) / 1000),
   };
+}
+
+/**
+ * fsync of CRIU's files in work. If that fails the image is not published:
+ * a process left running loses nothing (work is removed); one CRIU ended
+ * has no other copy, so work is kept and named.
+ */
+async function makeDurable(work: string, pid: number, leftRunning: boolean): Promise<void> {
+  try {
+    faultPoint('criu-sync');
+    await syncTree(join(work, CRIU_DIR));
+    await fsyncDir(work);
+  } catch (e) {
+    if (leftRunning) rmSync(work, { recursive: true, force: true });
+    const where = leftRunning ? `process ${pid} runs on; no image written` : `process ${pid} is gone; its image is kept, not known durable, at ${work}`;
+    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot make CRIU's files durable: ${osErrorText(e)}; ${where}`, { cause: e });
+  }
 }
 
 export interface ProcessRestoreSummary {

@@ -579,6 +579,61 @@ describe('writer', () => {
     expect(await readdir(root)).toEqual([]);
   });
 
+  it('flushes appended frames to the disk in the background, one fdatasync at a time', async () => {
+    const path = join(root, 'img');
+    let syncs = 0;
+    let running = 0;
+    let most = 0;
+    writerTestHooks.openFile = async (p, role) => {
+      const fh = await open(p, 'wx', 0o600);
+      if (role !== 'data') return fh;
+      const datasync = fh.datasync.bind(fh);
+      fh.datasync = async () => {
+        syncs++;
+        most = Math.max(most, ++running);
+        await new Promise((r) => setTimeout(r, 20));
+        await datasync();
+        running--;
+      };
+      return fh;
+    };
+    const writer = await ImageWriter.create(path, { flushEveryBytes: 10_000 });
+    const frames: FrameRecord[] = [];
+    const appended = await Promise.all(
+      Array.from({ length: 12 }, async (_, i) => {
+        const data = compressFrame(pseudoRandom(4000, i + 1));
+        const offset = await writer.appendFrame(data);
+        return { device: 0, addr: BASE + BigInt(i * 4000), length: 4000, offset, compressedLength: data.length };
+      }),
+    );
+    frames.push(...appended.sort((a, b) => Number(a.offset - b.offset)));
+    expect(syncs).toBeGreaterThanOrEqual(1);
+    await writer.commit(baseManifest([{ device: 0, addr: BASE, size: 48_000n }], frames, writer.storedBytes, 1));
+    expect(most).toBe(1);
+    expect(running).toBe(0);
+    const reader = await ImageReader.open(path);
+    try {
+      expect(await reader.verify()).toMatchObject({ frames: 12, rawBytes: 48_000n, ok: true });
+    } finally {
+      await reader.close();
+    }
+  });
+
+  it('a failing background flush fails the image like a failed write, and leaves nothing', async () => {
+    const path = join(root, 'img');
+    writerTestHooks.openFile = async (p, role) => {
+      const fh = await open(p, 'wx', 0o600);
+      if (role === 'data') fh.datasync = () => Promise.reject(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
+      return fh;
+    };
+    const writer = await ImageWriter.create(path, { flushEveryBytes: 1 });
+    await writer.appendFrame(compressFrame(pseudoRandom(5000, 1))).catch(() => undefined);
+    const err = await rejection(writer.commit(baseManifest([], [], writer.storedBytes, 1)));
+    expect(err.code).toBe('IMAGE_WRITE_FAILED');
+    expect(err.message).toBe(`cannot write image ${path}: i/o error`);
+    expect(await readdir(root)).toEqual([]);
+  });
+
   it('a failing manifest write aborts the commit and leaves nothing', async () => {
     const path = join(root, 'img');
     writerTestHooks.openFile = (p, role) => (role === 'manifest' ? open('/dev/full', 'w') : open(p, 'wx', 0o600));

@@ -63,6 +63,19 @@ describe('whole-process checkpoint', () => {
     expect(again.stderr).toMatch(new RegExp(`^gpuckpt: process ${app.pid} is running: CRIU restores a process under its own PID`));
   });
 
+  it("--leave-running whose CRIU files cannot be made durable: no image, the process carries on", async () => {
+    const { app, ready } = await start();
+    const out = box.path('unsynced');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running'], { GPUCKPT_TEST_FAULT: 'criu-sync' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: cannot make CRIU's files durable: injected fault at criu-sync .*; process ${app.pid} runs on; no image written`));
+    oneLine(r.stderr);
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
   it('restore refuses a --gpu-only image without --into', async () => {
     const { app } = await start();
     const out = box.path('gpu-only');

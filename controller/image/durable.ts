@@ -1,0 +1,40 @@
+/**
+ * Making files durable before an image is published under its name: a
+ * rename is atomic, but only what was fsynced before it survives a crash.
+ */
+import { open, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** fsync of a directory: its entries (files created, renamed) survive a crash. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * fsync of every file under dir, several at once (CRIU writes its pages in
+ * one large file and its other state in many small ones: the large one's
+ * writeback then overlaps the small ones' metadata syncs), then of each
+ * directory once the files in it are.
+ */
+export async function syncTree(dir: string): Promise<void> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  await Promise.all(
+    entries.map(async (e) => {
+      const path = join(dir, e.name);
+      if (e.isDirectory()) return syncTree(path);
+      if (!e.isFile()) return; // a symlink's or socket's entry is synced with the directory
+      const fh = await open(path, 'r');
+      try {
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+    }),
+  );
+  await fsyncDir(dir);
+}
