@@ -29,6 +29,7 @@ import {
   type Manifest,
 } from '../controller/image/index.js';
 import { writerTestHooks } from '../controller/image/writer.js';
+import { syncTree } from '../controller/image/durable.js';
 import { encodeBySpec } from './helpers/manifest-bytes.js';
 
 const KiB = 1024n;
@@ -632,6 +633,16 @@ describe('writer', () => {
     expect(err.code).toBe('IMAGE_WRITE_FAILED');
     expect(err.message).toBe(`cannot write image ${path}: i/o error`);
     expect(await readdir(root)).toEqual([]);
+  });
+
+  it('syncTree syncs files in nested directories, never follows a symlink, and reports a missing directory', async () => {
+    const dir = join(root, 'criu');
+    await mkdir(join(dir, 'nested', 'deeper'), { recursive: true });
+    await writeFile(join(dir, 'pages-1.img'), 'x');
+    await writeFile(join(dir, 'nested', 'deeper', 'core.img'), 'y');
+    await symlink('/nonexistent/target', join(dir, 'dangling'));
+    await expect(syncTree(dir)).resolves.toBeUndefined();
+    await expect(syncTree(join(root, 'absent'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
   it('a failing manifest write aborts the commit and leaves nothing', async () => {
