@@ -61,7 +61,11 @@ export async function checkpointProcess(
     if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
   }
   await removeStaleTempDirs(dirname(target));
-  const work = join(dirname(target), tempDirName(basename(target)));
+  // Owned by the application, not by this controller: while CRIU dumps it,
+  // the application is suspended with its pool held in this directory only,
+  // and a controller killed meanwhile must not make it stale for the next
+  // writer's cleanup.
+  const work = join(dirname(target), tempDirName(basename(target), pid));
   const shellJob = isShellJob(pid);
   const suspended = await suspendProcess(pid, { ...opts, to: work, force: false, kind: 'process', finalImage: target });
   const d0 = performance.now();

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/app-driver.js';
+import { removeStaleTempDirs } from '../controller/image/index.js';
 import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
@@ -74,6 +75,24 @@ describe('whole-process checkpoint', () => {
     expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
     expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('CRIU files that cannot be made durable after CRIU ended the process: the image is kept, owned by the process, and named', async () => {
+    const { app } = await start();
+    const out = box.path('kept');
+    const r = cli(['checkpoint', String(app.pid), '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' });
+    expect(r.code).toBe(1);
+    const m = new RegExp(`^gpuckpt: cannot make CRIU's files durable: .*; process ${app.pid} is gone; its image is kept, not known durable, at (.*\\.kept\\.gpuckpt-tmp-${app.pid}-[0-9a-f]+)$`).exec(r.stderr.trimEnd());
+    expect(m).not.toBeNull();
+    oneLine(r.stderr);
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(join(m![1]!, 'criu'))).toContain('fake-criu.json');
+    // The fake CRIU only stopped the process: while it lives, its directory is not stale.
+    expect(await removeStaleTempDirs(box.dir)).toEqual([]);
+    expect(existsSync(m![1]!)).toBe(true);
+    // The real CRIU ends it; a stopped process would hang other tests' `gpuckpt ps`.
+    process.kill(app.pid, 'SIGKILL');
+    await app.quit();
   });
 
   it('restore refuses a --gpu-only image without --into', async () => {

@@ -19,9 +19,12 @@ import { join } from 'node:path';
 const TEMP_MARK = '.gpuckpt-tmp-';
 const TEMP_NAME = /^\..+\.gpuckpt-tmp-(\d+)-[0-9a-f]+$/;
 
-/** A fresh hidden name for a working directory of `name`, owned by this process. */
-export function tempDirName(name: string): string {
-  return `.${name}${TEMP_MARK}${process.pid}-${randomBytes(8).toString('hex')}`;
+/**
+ * A fresh hidden name for a working directory of `name`, owned by this
+ * process or by owner: the directory is stale only once its owner is gone.
+ */
+export function tempDirName(name: string, owner = process.pid): string {
+  return `.${name}${TEMP_MARK}${owner}-${randomBytes(8).toString('hex')}`;
 }
 
 /** The pid that owns a working directory named `entry`, or undefined if it is not one. */
