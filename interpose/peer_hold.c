@@ -99,20 +99,23 @@ static void drop_slice(struct held_slice *h)
     *h = (struct held_slice){ 0 };
 }
 
-void gp_peer_drop(void)
+/* Closes the fds of every device's slice in slices (held, or a copy of it). */
+static void drop_slices(struct held_slice *slices)
 {
     for (int d = 0; d < GP_POOL_MAX_DEVICES; d++)
-        drop_slice(&held[d]);
+        drop_slice(&slices[d]);
     restore_fd_limit();
+}
+
+void gp_peer_drop(void)
+{
+    drop_slices(held);
 }
 
 static void *drop_job_run(void *arg)
 {
-    struct held_slice *job = arg;
-    for (int d = 0; d < GP_POOL_MAX_DEVICES; d++)
-        drop_slice(&job[d]);
-    free(job);
-    restore_fd_limit();
+    drop_slices(arg);
+    free(arg);
     return NULL;
 }
 
@@ -252,8 +255,8 @@ int gp_peer_hold(int device, uint64_t first, const int *fds, uint32_t count, uin
     return 0;
 }
 
-/* Chunks whose held memory lies on another GPU than theirs: they get fresh
- * memory at the remap and are copied into it afterwards. */
+/* Chunks whose held memory lies on another GPU than theirs: the pool gives
+ * them fresh memory at the remap, and they are copied into it afterwards. */
 struct elsewhere {
     uint64_t *addrs;
     int *fds;
@@ -276,15 +279,10 @@ static int chunk_from_held(int device, size_t k, uint64_t addr, CUmemGenericAllo
     if (r == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == device)
         return 0; /* on the chunk's own GPU: mapped where it is */
     GP_REAL(cuMemRelease)(*handle);
-    prop = (CUmemAllocationProp){ .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                  .location = { CU_MEM_LOCATION_TYPE_DEVICE, device } };
-    r = GP_REAL(cuMemCreate)(handle, gp_pool_config()->chunk_size, &prop, 0);
-    if (r != CUDA_SUCCESS)
-        return cu_errno(r, cu_err);
     e->addrs[e->n] = addr;
     e->fds[e->n] = h->fds[k];
     e->n++;
-    return 0;
+    return GP_CHUNK_FRESH;
 }
 
 int gp_peer_remap(uint64_t *bytes_mapped, uint64_t *bytes_copied, CUresult *cu_err)

@@ -457,9 +457,10 @@ int gp_pool_remap_all_from(gp_chunk_source source, void *arg, uint64_t *bytes_ma
                 continue;
             if (!s->chunks[i].mapped) {
                 CUmemGenericAllocationHandle handle;
-                if (!source)
+                err = source ? source(d, k, chunk_addr(s, i), &handle, arg, cu_err) : GP_CHUNK_FRESH;
+                if (err == GP_CHUNK_FRESH)
                     err = map_chunk(s, i, cu_err);
-                else if (!(err = source(d, k, chunk_addr(s, i), &handle, arg, cu_err)))
+                else if (!err)
                     err = map_chunk_handle(s, i, handle, cu_err);
             }
             k++;

@@ -95,7 +95,9 @@ int gp_pool_release_all(uint64_t *bytes_released);
 int gp_pool_remap_all(uint64_t *bytes_mapped, CUresult *cu_err);
 /* Physical memory for the k-th chunk in use of device (address order, as
  * gp_pool_chunks_in_use lists them), at addr: 0 with a handle the pool then
- * owns, or -errno (*cu_err where the driver refused). */
+ * owns, GP_CHUNK_FRESH for fresh memory made as without a source, or -errno
+ * (*cu_err where the driver refused). */
+#define GP_CHUNK_FRESH 1
 typedef int (*gp_chunk_source)(int device, size_t k, uint64_t addr, CUmemGenericAllocationHandle *handle, void *arg,
                                CUresult *cu_err);
 /* gp_pool_remap_all with the memory from source (called with the slice's
