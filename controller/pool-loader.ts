@@ -14,7 +14,7 @@
  */
 import { CodecPool } from './codec-pool.js';
 import { isGpuckptError } from './errors.js';
-import { openChain, type ChainSource } from './image/chain.js';
+import { openChain, type ChainSource, type OpenedChain } from './image/chain.js';
 import { frameLabel, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
@@ -53,11 +53,13 @@ export class PoolLoader {
   ) {}
 
   /**
-   * Opens reader's parents, makes staging and starts loading it: no process
-   * is touched. whenReady() or attach() says how that went.
+   * Opens reader's parents (or takes opened, openChain(reader) already
+   * done by the caller: the loader then owns its parents, closed here on
+   * failure), makes staging and starts loading it: no process is touched.
+   * whenReady() or attach() says how that went.
    */
-  static async open(reader: ImageReader, opts: LoaderOptions): Promise<PoolLoader> {
-    const { parents, sources: plan } = await openChain(reader);
+  static async open(reader: ImageReader, opts: LoaderOptions, opened?: OpenedChain): Promise<PoolLoader> {
+    const { parents, sources: plan } = opened ?? (await openChain(reader));
     const chain = [reader, ...parents];
     let staging: StagingMemory | undefined;
     let codecs: CodecPool | undefined;

@@ -150,9 +150,11 @@ export async function restoreProcess(
   // The pool image and the chain of its parents check out before anything runs.
   const reader = await ImageReader.open(image);
   let loader: PoolLoader | undefined;
+  // Closed here until the loader takes them.
+  let parents: ImageReader[] | undefined;
   try {
-    const { parents } = await openChain(reader);
-    await Promise.all(parents.map((p) => p.close()));
+    const chain = await openChain(reader);
+    parents = chain.parents;
     const criu = findCriu(opts.criu);
     const m = reader.manifest;
     const dir = join(reader.path, CRIU_DIR);
@@ -167,7 +169,8 @@ export async function restoreProcess(
 
     // The pool image is decompressed while CRIU brings the process back:
     // neither waits for the other.
-    loader = await PoolLoader.open(reader, opts);
+    parents = undefined;
+    loader = await PoolLoader.open(reader, opts, chain);
     const restored = await restoreWithCriu(criu, dir, info.shellJob, !!opts.detach, reader.path);
     const criuSeconds = (performance.now() - t0) / 1000;
     try {
@@ -200,6 +203,7 @@ export async function restoreProcess(
     }
     return summary;
   } finally {
+    await Promise.all((parents ?? []).map((p) => p.close()));
     await loader?.close();
     await reader.close();
   }

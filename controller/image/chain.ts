@@ -62,12 +62,17 @@ export async function openParents(newest: ImageReader): Promise<ImageReader[]> {
   }
 }
 
+export interface OpenedChain {
+  parents: ImageReader[];
+  sources: ChainSource[];
+}
+
 /**
  * newest's parents, opened and checked, and which frames restore it (see
  * planChain); the caller closes the parents. Nothing is left open on a
  * refusal.
  */
-export async function openChain(newest: ImageReader): Promise<{ parents: ImageReader[]; sources: ChainSource[] }> {
+export async function openChain(newest: ImageReader): Promise<OpenedChain> {
   const parents = await openParents(newest);
   try {
     return { parents, sources: planChain([newest, ...parents]) };
