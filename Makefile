@@ -1,4 +1,4 @@
-# Builds the shim (build/libgpuckpt.so) and, for `make check`, the C unit
+# Builds the shim (build/libgpuckpt.so), the driver keeper, and, for `make check`, the C unit
 # tests, the fake libcuda and the CPU test programs under build/test/.
 # Needs only the CUDA toolkit headers (CUDA_HOME), never a GPU or libcuda.
 CUDA_HOME ?= /usr/local/cuda
@@ -13,7 +13,7 @@ SHIM_SRC := $(wildcard interpose/*.c) pool/alloc.c pool/pool.c
 SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
 SHIM_HDR := $(wildcard interpose/*.h) $(wildcard pool/*.h)
 
-all: $(B)/libgpuckpt.so
+all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper
 
 $(B)/obj/%.o: %.c $(SHIM_HDR)
 	@mkdir -p $(dir $@)
@@ -23,6 +23,11 @@ $(B)/obj/%.o: %.c $(SHIM_HDR)
 # bind to itself; --no-undefined: every GP_ROUTED entry must be defined.
 $(B)/libgpuckpt.so: $(SHIM_OBJ)
 	$(CC) -shared -o $@ $^ -pthread -ldl -Wl,--no-undefined -Wl,-Bsymbolic-functions -Wl,-soname,libgpuckpt.so
+
+# Started by `gpuckpt suspend` (native/keeper/driver_keeper.c says why).
+$(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -o $@ $< -ldl
 
 include test/test.mk
 

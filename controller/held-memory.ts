@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
 import type { PhaseClock } from './phase-clock.js';
-import { closeStaging, type ShimSession } from './session.js';
+import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
 import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
 import type { StatusReply } from '../native/index.js';
 
@@ -40,21 +40,30 @@ export interface StagedPool {
 }
 
 /**
- * Pauses the process and copies its whole pool into one staging memory,
- * or returns undefined (process running again) when the host cannot give
- * that much: the caller then goes through a compressed image instead.
- * On success the process stays paused.
+ * Private staging for the whole pool as status saw it, from the shim
+ * (which pins its bounce ring meanwhile: 0.05 s, so a suspend asks for it
+ * before its own checks); undefined when the host cannot give that much.
+ */
+export async function mapHeldStaging(session: ShimSession, status: StatusReply, stagingLimit?: bigint): Promise<StagingMemory | undefined> {
+  const want = stagingForStatus(status, stagingLimit);
+  if (BigInt(want.bytes) < want.inUse) return undefined;
+  return session.mapStaging(want.bytes, 'private');
+}
+
+/**
+ * Pauses the process and copies its whole pool into the staging
+ * mapHeldStaging made, or returns undefined (process running again) when
+ * there is none or the pool outgrew it: the caller then goes through a
+ * compressed image instead. On success the process stays paused.
  */
 export async function stagePool(
   session: ShimSession,
-  status: StatusReply,
+  staging: StagingMemory | undefined,
   devices: string[],
-  opts: { stagingLimit?: bigint; leaseMs?: number },
+  opts: { leaseMs?: number },
   clock?: PhaseClock,
 ): Promise<StagedPool | undefined> {
-  const want = stagingForStatus(status, opts.stagingLimit);
-  if (BigInt(want.bytes) < want.inUse) return undefined;
-  const staging = await session.mapStaging(want.bytes, 'private');
+  if (!staging) return undefined;
   clock?.mark('staging');
   let paused = false;
   try {

@@ -37,6 +37,21 @@ export function processUid(pid: number): number | undefined {
   }
 }
 
+/**
+ * When the process started (field 22 of /proc/PID/stat, in clock ticks
+ * since boot): with the PID, it names one process even after the PID is
+ * reused. undefined when there is no such process.
+ */
+export function startTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may hold spaces and parentheses: the last ')' ends it.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
 /** True when libgpuckpt.so is mapped into the process. */
 export function hasShimLoaded(pid: number): boolean {
   try {

@@ -3,7 +3,8 @@
  * computes the same directory from the same variables; when the target's
  * environment differs from ours, it is read from /proc/PID/environ.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export interface RunDirEnv {
@@ -39,4 +40,10 @@ export function processRunDir(pid: number): string | undefined {
 
 export function socketPath(dir: string, pid: number): string {
   return join(dir, `${pid}.sock`);
+}
+
+/** Where suspended processes' data and driver keepers are described: this user's, in memory where the host has /dev/shm. */
+export function holdBaseDir(): string {
+  const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
+  return join(base, `gpuckpt-${process.getuid?.() ?? 0}`);
 }

@@ -19,19 +19,20 @@
  * GPU where the GPUs can copy to each other (peer-hold.ts): the remap then
  * maps the moved memory and nothing is copied back in.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions, type Staged } from './checkpoint.js';
 import { driverFreeze, driverState, driverThaw, type GpuPair } from './driver-checkpoint.js';
+import { endDriverKeeper, startDriverKeeper } from './driver-keeper.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { faultPoint } from './faults.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
-import { copyHeldIn, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
+import { copyHeldIn, mapHeldStaging, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
+import { holdBaseDir } from './run-dir.js';
 import { ShimSession } from './session.js';
 import { formatBytes, round } from './units.js';
 import { native, PoolState } from '../native/index.js';
@@ -63,6 +64,8 @@ export interface SuspendSummary {
   seconds: number;
   /** Seconds of each step, in order. */
   phases: Phases;
+  /** A driver keeper holds the CUDA driver initialised for the resume (driver-keeper.ts). */
+  driverKept: boolean;
 }
 
 export interface ResumeSummary {
@@ -82,16 +85,30 @@ export interface ResumeSummary {
 
 /** Where a suspended process's pool is described (and, without room in memory, stored). */
 export function defaultHoldDir(pid: number): string {
-  const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
-  return join(base, `gpuckpt-${process.getuid?.() ?? 0}`, `suspended-${pid}`);
+  return join(holdBaseDir(), `suspended-${pid}`);
 }
+
+type SuspendOptions = CheckpointOptions & { to?: string; onto?: string; viaHost?: boolean; keepDriver?: boolean };
 
 /**
  * to: write an image there. onto (a migrate): the GPU the process will be
  * resumed on, checked for room before anything moves; the pool goes there
- * GPU to GPU unless viaHost.
+ * GPU to GPU unless viaHost. keepDriver: leave a driver keeper running for
+ * the resume, started now, while the application still holds the driver.
  */
-export async function suspendProcess(pid: number, opts: CheckpointOptions & { to?: string; onto?: string; viaHost?: boolean } = {}): Promise<SuspendSummary> {
+export async function suspendProcess(pid: number, opts: SuspendOptions = {}): Promise<SuspendSummary> {
+  const keeper = opts.keepDriver ? startDriverKeeper(pid) : undefined;
+  let suspended: SuspendSummary;
+  try {
+    suspended = await suspendHolding(pid, opts);
+  } catch (e) {
+    keeper?.end();
+    throw e;
+  }
+  return { ...suspended, driverKept: keeper ? await keeper.keep() : false };
+}
+
+async function suspendHolding(pid: number, opts: SuspendOptions): Promise<SuspendSummary> {
   const t0 = performance.now();
   const clock = new PhaseClock();
   const holdDir = defaultHoldDir(pid);
@@ -101,6 +118,10 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
+    // Held in host memory: the shim makes the staging while the checks run
+    // (a refusal below drops it with the session; nothing has moved).
+    const early = opts.to || opts.onto ? undefined : mapHeldStaging(session, status, opts.stagingLimit);
+    early?.catch(() => undefined); // awaited below, where its failure counts
     await driverState(pid); // a driver without the checkpoint API is refused before anything moves
     const devices = await session.devices();
     const uuids = devices.map((d) => d.uuid);
@@ -149,7 +170,8 @@ export async function suspendProcess(pid: number, opts: CheckpointOptions & { to
       whyNotOnGpu = held.why;
     }
     if (!opts.to) {
-      const staged = await stagePool(session, status, uuids, { stagingLimit: opts.stagingLimit, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
+      const staging = await (early ?? mapHeldStaging(session, status, opts.stagingLimit));
+      const staged = await stagePool(session, staging, uuids, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
         return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
@@ -218,6 +240,7 @@ function summary(
     pauseStartSeconds: round((times.paused - t0) / 1000),
     seconds: round((performance.now() - t0) / 1000),
     phases: clock.phases,
+    driverKept: false,
   };
 }
 
@@ -337,6 +360,7 @@ export async function resumeProcess(
     faultPoint('reopen');
     await session.resume();
     clock.mark('reopen');
+    endDriverKeeper(pid); // the application holds the driver again
     // Held in memory, the layout's directory is the hold directory: removed whole.
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
     return {

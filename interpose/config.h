@@ -6,6 +6,9 @@
  *   GPUCKPT_STAGING_PIECE  unit in which staging memory is prepared and pinned
  *                        (default 256M; rounded up to pages; tests set it small
  *                        so copies cross pieces)
+ *   GPUCKPT_HOST_RETAIN  most bytes of a suspend's held host memory kept,
+ *                        lazily freed, for the next suspend (default: all;
+ *                        0: none; spare_memory.h says why)
  *   GPUCKPT_RUN_DIR      directory of control sockets (default
  *                        $XDG_RUNTIME_DIR/gpuckpt, else /tmp/gpuckpt-<uid>)
  *   GPUCKPT_DISABLE      1: load fully inert (pure pass-through, no gate)
@@ -21,6 +24,7 @@
 #define GP_DEFAULT_CHUNK_SIZE (32ull << 20)
 #define GP_DEFAULT_RETAIN (1ull << 30)
 #define GP_DEFAULT_STAGING_PIECE (256ull << 20)
+#define GP_DEFAULT_HOST_RETAIN UINT64_MAX
 /* Bytes per staging memfd (at least: GPCK_MAX_STAGING_FILES bounds the count). */
 #define GP_DEFAULT_STAGING_FILE (256ull << 20)
 /* cudaMalloc guarantees 256-byte alignment and in practice hands out 512;
@@ -35,6 +39,7 @@ struct gp_config {
     uint64_t retain_bytes;
     uint64_t staging_piece;
     uint64_t staging_file;
+    uint64_t host_retain;
     bool disabled;
     char run_dir[256];
 };

@@ -16,6 +16,7 @@
 #include "peer_hold.h"
 #include "real_driver.h"
 #include "shim.h"
+#include "spare_memory.h"
 
 static struct gp_client *gate_holder;
 static CUstream copy_streams[GPCK_MAX_DEVICES];
@@ -248,6 +249,11 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
         return -EINVAL;
     if (!on_gpu)
         gp_peer_drop();
+    /* Held elsewhere than in private memory, the process may be dumped by
+     * CRIU next (a whole-process checkpoint): it must not take the spare
+     * host memory along as the application's. */
+    if (!(hold && c->staging.anon))
+        gp_spare_drop();
     *rep = (struct gpck_pool_rep){ 0 };
     uint64_t t0 = gp_now_ns();
     /* Pinned staging is CUDA state too: unpin it before the driver saves it. */

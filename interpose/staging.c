@@ -16,6 +16,7 @@
 #include "log.h"
 #include "real_driver.h"
 #include "shim.h"
+#include "spare_memory.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -297,11 +298,11 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
         return err;
     size = (size + PAGE - 1) / PAGE * PAGE;
     if (private_memory) {
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED)
+        uint64_t mapped;
+        void *p = gp_spare_take(size, &mapped);
+        if (!p)
             return -errno;
-        madvise(p, size, MADV_HUGEPAGE); /* a hint: without THP it is 4 KiB pages */
-        *out = (struct gp_staging){ .base = p, .size = size };
+        *out = (struct gp_staging){ .base = p, .size = mapped, .anon = true };
     } else {
         uint64_t file_bytes = file_bytes_for(size);
         err = map_files(out, size, file_bytes, NULL);
@@ -368,7 +369,7 @@ int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *
     *out = (struct gp_staging){ .nfds = 0 };
     if (!held->base)
         return -ENOENT;
-    *out = (struct gp_staging){ .base = held->base, .size = held->size, .borrowed = true };
+    *out = (struct gp_staging){ .base = held->base, .size = held->size, .borrowed = true, .anon = held->anon };
     int err = bounce_or_prep(out, device, false);
     if (err)
         gp_staging_destroy(out);
@@ -383,14 +384,23 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     prep_finish(s);
     gp_bounce_destroy(s->bounce);
     gp_staging_close_files(s);
-    *held = (struct gp_held){ .base = s->base, .size = s->size };
+    *held = (struct gp_held){ .base = s->base, .size = s->size, .anon = s->anon };
     *s = (struct gp_staging){ .nfds = 0 };
+}
+
+/* Private memory is kept for the next suspend (spare_memory.h). */
+static void unmap_or_keep(uint8_t *base, uint64_t size, bool anon)
+{
+    if (anon)
+        gp_spare_give(base, size);
+    else
+        munmap(base, size);
 }
 
 void gp_held_drop(struct gp_held *held)
 {
     if (held->base)
-        munmap(held->base, held->size);
+        unmap_or_keep(held->base, held->size, held->anon);
     *held = (struct gp_held){ 0 };
 }
 
@@ -401,7 +411,7 @@ void gp_staging_destroy(struct gp_staging *s)
     prep_finish(s);
     gp_bounce_destroy(s->bounce);
     if (!s->borrowed)
-        munmap(s->base, s->size);
+        unmap_or_keep(s->base, s->size, s->anon);
     gp_staging_close_files(s);
     *s = (struct gp_staging){ .nfds = 0 };
 }

@@ -36,6 +36,7 @@ struct gp_staging {
     uint8_t *base;
     uint64_t size;
     bool borrowed;             /* the held memory, mapped by the held record: not unmapped with s */
+    bool anon;                 /* private memory from spare_memory.h, given back there */
     struct gp_staging_prep *prep;
     struct gp_bounce *bounce;  /* set: copies go through it, nothing of base is pinned */
 };
@@ -48,9 +49,11 @@ struct gp_staging {
 struct gp_held {
     uint8_t *base;
     uint64_t size;
+    bool anon; /* private memory from spare_memory.h, given back there */
 };
 
-/* Maps size bytes; a memfd starts faulting them in and pinning them in the
+/* Maps size bytes (private memory: at least size, the spare of
+ * spare_memory.h when it is large enough); a memfd starts faulting them in and pinning them in the
  * background (contents are never written by that), private memory gets a
  * bounce ring. 0 or -errno; registration failures are not fatal (copies
  * still work, slower). */

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/app-driver.js';
 import { removeStaleTempDirs } from '../controller/image/index.js';
-import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
 
@@ -52,7 +52,7 @@ describe('whole-process checkpoint', () => {
     expect(json(r.stdout)).toMatchObject({ pid: app.pid, image: out, leftRunning: true, criuVersion: '4.1.1' });
     expect(readdirSync(out).sort()).toEqual(['criu', 'gpu-needs.json', 'manifest', 'pool.zst']);
     expect(JSON.parse(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ pid: app.pid, shellJob: false });
-    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, leaveRunning: 1 });
+    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, leaveRunning: 1, lazyFreeKiB: 0 });
     const ins = json(cli(['inspect', out, '--json']).stdout);
     expect(ins).toMatchObject({ kind: 'process', verified: true });
     expect(psRow(app.pid).poolState).toBe('active');
@@ -62,6 +62,17 @@ describe('whole-process checkpoint', () => {
     const again = cli(['restore', out]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(new RegExp(`^gpuckpt: process ${app.pid} is running: CRIU restores a process under its own PID`));
+  });
+
+  it('the host memory a suspend kept for the next one is not dumped with the process', async () => {
+    const { app, ready } = await start();
+    expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(await eventually(() => lazyFreeKiB(app.pid) > 0)).toBe(true);
+    const out = box.path('after-suspend');
+    expect(cli(['checkpoint', String(app.pid), '-o', out, '--leave-running']).code).toBe(0);
+    expect(json<any>(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8')).lazyFreeKiB).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
   it("--leave-running whose CRIU files cannot be made durable: no image, the process carries on", async () => {

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
-import { APPS, json, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+import { APPS, eventually, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+import { holdBaseDir } from '../controller/run-dir.js';
 
 const box = new Sandbox();
 const ckptDir = box.path('driver-state');
@@ -72,6 +73,26 @@ describe('suspend and resume', () => {
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
     expect(existsSync(s.image)).toBe(false);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('keeps the host memory that held the pool, lazily freed, for the next suspend (GPUCKPT_HOST_RETAIN=0: none)', async () => {
+    const { app, ready } = await start({ GPUCKPT_LOG: 'info' });
+    const reused = () => app.stderr.split('\n').filter((l) => l.includes('host memory kept from the last suspend')).length;
+    for (let round = 0; round < 3; round++) {
+      expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+      await eventually(() => reused() >= round); // the application's log arrives through the event loop
+      expect(reused(), `round ${round}: suspends that reused the memory kept`).toBe(round);
+      expect(cli(['resume', String(app.pid)]).code).toBe(0);
+      expect(sameBuffers((await app.command('state')).buffers, ready.buffers), `round ${round}: data after the resume`).toBe(true);
+      // The release after a resume is on a thread of the shim's: the next suspend must find it done.
+      expect(await eventually(() => lazyFreeKiB(app.pid) > 0), `round ${round}: nothing lazily freed`).toBe(true);
+    }
+    const other = await start({ GPUCKPT_HOST_RETAIN: '0' });
+    expect(cli(['suspend', String(other.app.pid)]).code).toBe(0);
+    expect(cli(['resume', String(other.app.pid)]).code).toBe(0);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(lazyFreeKiB(other.app.pid)).toBe(0);
+    expect(sameBuffers((await other.app.command('state')).buffers, other.ready.buffers)).toBe(true);
   });
 
   it('--to DIR: an image that fails after the GPU was freed resumes the process from memory', async () => {
@@ -150,6 +171,63 @@ describe('suspend and resume', () => {
     expect(s.stderr).toMatch(/^gpuckpt: /);
     expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+});
+
+describe('the driver keeper', () => {
+  const record = (pid: number) => join(holdBaseDir(), `driver-keeper-${pid}.json`);
+  const keeperOf = (pid: number): number | undefined => (existsSync(record(pid)) ? JSON.parse(readFileSync(record(pid), 'utf8')).pid : undefined);
+  /** Running, not a zombie waiting for its reaper. */
+  const runs = (pid: number) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+    } catch {
+      return false;
+    }
+  };
+  const ends = async (pid: number) => {
+    for (let i = 0; i < 100 && runs(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    return !runs(pid);
+  };
+
+  it('keeps the driver initialised while the process is suspended, and goes with the resume', async () => {
+    const { app, ready } = await start();
+    const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
+    expect(s.driverKept).toBe(true);
+    const keeper = keeperOf(app.pid)!;
+    expect(runs(keeper)).toBe(true);
+    expect(readFileSync(`/proc/${keeper}/cmdline`, 'utf8')).toContain('gpuckpt-driver-keeper');
+    // A refused second suspend leaves the keeper alone.
+    expect(cli(['suspend', String(app.pid)]).code).toBe(1);
+    expect(keeperOf(app.pid)).toBe(keeper);
+    expect(runs(keeper)).toBe(true);
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(await ends(keeper)).toBe(true);
+    expect(keeperOf(app.pid)).toBeUndefined();
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('ends by itself when the suspended process exits', async () => {
+    const { app } = await start();
+    expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+    const keeper = keeperOf(app.pid)!;
+    expect(runs(keeper)).toBe(true);
+    process.kill(app.pid, 'SIGKILL');
+    expect(await ends(keeper)).toBe(true);
+  });
+
+  it('--no-keep-driver leaves none, and a failed suspend ends the one it started', async () => {
+    const { app } = await start();
+    const s = json<any>(cli(['suspend', String(app.pid), '--no-keep-driver', '--json']).stdout);
+    expect(s.driverKept).toBe(false);
+    expect(keeperOf(app.pid)).toBeUndefined();
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    const keepers = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p) && runs(Number(p)) && readFileSync(`/proc/${p}/cmdline`, 'latin1').includes(`gpuckpt-driver-keeper\0${app.pid}\0`));
+    expect(cli(['suspend', String(app.pid)], { FAKE_CUDA_FAIL: 'cuCheckpointProcessCheckpoint:1' }).code).toBe(1);
+    for (let i = 0; i < 100 && keepers().length; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(keepers()).toEqual([]);
+    expect(keeperOf(app.pid)).toBeUndefined();
   });
 });
 

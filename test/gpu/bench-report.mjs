@@ -24,9 +24,12 @@ const ROWS = [
   ['image on disk', 'image_bytes', 'anchor_image_bytes', 'GB', { torch: 12 }],
   ['restore, whole process (CRIU + GPU)', 'restore_s', 'anchor_restore_s', 's', { torch: 4 }],
   ['suspend: GPU free (anchor: driver lock + checkpoint)', 'suspend_gpu_free_s', 'anchor_gpu_free_s', 's', { 'pool-16g': 0.8 }],
+  ['… suspend again: into the host memory the suspend before kept', 'suspend_again_gpu_free_s', undefined, 's', { 'pool-16g': 0.8 }],
   ['resume (anchor: driver restore + unlock)', 'resume_s', 'anchor_driver_restore_s', 's', { 'pool-16g': 0.8 }],
+  ['… resume without a driver keeper (suspend --no-keep-driver)', 'resume_no_keeper_s', undefined, 's', {}],
   ['… resume without the driver warm-up (GPUCKPT_DRIVER_WARMUP=0)', 'resume_no_warmup_s', undefined, 's', {}],
   ['… the whole `gpuckpt resume` command, start and exit of node included', 'resume_command_s', undefined, 's', {}],
+  ['… the same without a driver keeper', 'resume_command_no_keeper_s', undefined, 's', {}],
   ['… the same without the driver warm-up', 'resume_command_no_warmup_s', undefined, 's', {}],
   ['migrate to GPU 1: downtime', 'migrate_downtime_s', undefined, 's', { 'pool-16g': 1.0 }],
   ['… the same through host memory (--via-host)', 'migrate_via_host_downtime_s', undefined, 's', {}],
@@ -156,7 +159,9 @@ function table(name, r) {
   const phases = [
     phaseLine(r, 'ckpt.', "Where a whole-process checkpoint's time goes after the GPU is free"),
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
+    phaseLine(r, 'suspend_again.', "Where a second suspend's time goes"),
     phaseLine(r, 'resume.', "Where resume's time goes"),
+    phaseLine(r, 'resume_no_keeper.', "Where resume's time goes without a driver keeper"),
     phaseLine(r, 'migrate.suspend.', "Where a migrate's (GPU to GPU) suspend half goes"),
     phaseLine(r, 'migrate.resume.', "Where a migrate's (GPU to GPU) resume half goes"),
     phaseLine(

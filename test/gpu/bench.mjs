@@ -312,23 +312,34 @@ async function benchWorkload(h, runs, w) {
         fs.rmSync(snap, { recursive: true, force: true });
       }
 
+      // The process's first suspend of the round: its host memory fresh
+      // from the kernel (a whole-process checkpoint, in the round before,
+      // dropped what an earlier suspend kept).
       const sus = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
       if (Object.keys(h.gpuMemoryOf(pid)).length) throw h.failure(`${round}: the suspended process still holds GPU memory`);
+      if (!sus.driverKept) throw h.failure(`${round}: suspend left no driver keeper`);
       const r0 = performance.now();
       const res = await h.cliJson(['resume', String(pid), '--json'], 600_000);
       add('resume_command_s', (performance.now() - r0) / 1000);
       await w.verify(p, ready, `${round}: after suspend + resume`);
       add('suspend_gpu_free_s', sus.gpuFreeSeconds);
       add('resume_s', res.seconds);
-      // The same without starting cuInit as the command starts (cli/driver-warmup.ts), for comparison.
-      await h.cliJson(['suspend', String(pid), '--json'], 600_000, { GPUCKPT_DRIVER_WARMUP: '0' });
-      const c0 = performance.now();
-      const cold = await h.cliJson(['resume', String(pid), '--json'], 600_000, { GPUCKPT_DRIVER_WARMUP: '0' });
-      add('resume_command_no_warmup_s', (performance.now() - c0) / 1000);
-      add('resume_no_warmup_s', cold.seconds);
-      await w.verify(p, ready, `${round}: after suspend + resume without the driver warm-up`);
       for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
       for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
+      // Again, into the host memory the first one kept (spare_memory.h).
+      const again = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
+      await h.cliJson(['resume', String(pid), '--json'], 600_000);
+      await w.verify(p, ready, `${round}: after a second suspend + resume`);
+      add('suspend_again_gpu_free_s', again.gpuFreeSeconds);
+      for (const [k, v] of Object.entries(again.phases ?? {})) add(`suspend_again.${k}_s`, v);
+      // The resume without a driver keeper (native/keeper/driver_keeper.c), for comparison.
+      await h.cliJson(['suspend', String(pid), '--no-keep-driver', '--json'], 600_000);
+      const c0 = performance.now();
+      const cold = await h.cliJson(['resume', String(pid), '--json'], 600_000);
+      add('resume_command_no_keeper_s', (performance.now() - c0) / 1000);
+      add('resume_no_keeper_s', cold.seconds);
+      await w.verify(p, ready, `${round}: after suspend + resume without a driver keeper`);
+      for (const [k, v] of Object.entries(cold.phases ?? {})) add(`resume_no_keeper.${k}_s`, v);
       if (twoGpus) {
         // GPU to GPU (NVLink), then the same trip through host memory for comparison.
         const there = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--json'], 600_000);

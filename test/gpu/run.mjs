@@ -654,6 +654,26 @@ function gpuMemoryOf(pid) {
   return out;
 }
 
+/** The PID of pid's driver keeper, as controller/driver-keeper.ts records it, or undefined. */
+function driverKeeperOf(pid) {
+  const base = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
+  try {
+    return JSON.parse(fs.readFileSync(path.join(base, `gpuckpt-${process.getuid()}`, `driver-keeper-${pid}.json`), 'utf8')).pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Running, not a zombie waiting for its reaper. */
+function running(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** True when nvidia-smi's topology shows NVLink between GPUs a and b (a migrate then goes GPU to GPU). */
 function nvlinked(a, b) {
   const r = spawnSync('nvidia-smi', ['topo', '-m'], { encoding: 'utf8' });
@@ -1017,7 +1037,7 @@ async function jobProcessScenario(name, job) {
  * no memory for it; after resume (and each migrate) its data is intact at
  * the same addresses, and it runs on the GPU it was sent to.
  */
-async function suspendScenario(name, prog, args, gpus, cycles = 1) {
+async function suspendScenario(name, prog, args, gpus, cycles = 2) {
   const app = new App(name, prog, args);
   const R = (await app.ready(240_000)).buffers;
   const before = gpuMemoryOf(app.pid);
@@ -1029,8 +1049,14 @@ async function suspendScenario(name, prog, args, gpus, cycles = 1) {
     const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
     const during = gpuMemoryOf(app.pid);
     if (Object.keys(during).length !== 0) throw failure(`suspended, yet nvidia-smi shows ${JSON.stringify(during)} MiB for it`);
+    const keeper = driverKeeperOf(app.pid);
+    if (!sus.driverKept || !keeper || !running(keeper)) throw failure(`suspend left no running driver keeper (driverKept ${sus.driverKept}, pid ${keeper})`);
+    if (Object.keys(gpuMemoryOf(keeper)).length) throw failure(`the driver keeper holds GPU memory: ${JSON.stringify(gpuMemoryOf(keeper))}`);
     const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
+    // The second cycle's suspend copies into the host memory the first one kept.
     expectSame((await app.send('state', 'state')).buffers, R, `state after suspend + resume ${i + 1}`);
+    for (let t = 0; t < 100 && running(keeper); t++) await sleep(20);
+    if (running(keeper)) throw failure('the driver keeper still runs after the resume');
     runs.suspend_s.push(sus.seconds);
     runs.gpu_free_s.push(sus.gpuFreeSeconds);
     runs.pool_released_s.push(sus.poolReleasedSeconds);
@@ -1062,7 +1088,7 @@ async function suspendScenario(name, prog, args, gpus, cycles = 1) {
   const m = { cycles };
   for (const [k, v] of Object.entries(runs)) if (v.length) m[k] = median(v);
   if (cycles > 1) m.all_suspend_s = runs.suspend_s.join(',');
-  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}), resume restored the data bit for bit${cycles > 1 ? ` (${cycles} cycles)` : ''}`;
+  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}; its driver keeper held none and was gone after the resume), resume restored the data bit for bit${cycles > 1 ? ` (${cycles} cycles, the later ones into the host memory the first kept)` : ''}`;
   if (runs.migrate_downtime_s.length)
     detail += `; migrate to GPU 1 (${runs.migrate_route[0]}) and back through host memory kept the data (median downtime ${fmt(m.migrate_downtime_s)} s / ${fmt(m.migrate_back_downtime_s)} s)`;
   // The program still computes after all of it.

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { AppDriver, type AppEvent } from '../../controller/app-driver.js';
@@ -22,6 +22,18 @@ export const APPS = {
 export function requireBuilt(): void {
   for (const p of [join(ROOT, 'build', 'libgpuckpt.so'), join(ROOT, 'dist', 'cli', 'main.js'), APPS.linked, APPS.procAddress])
     if (!existsSync(p)) throw new Error(`${p} is missing: run npm run build && make test-build`);
+}
+
+/** kB of lazily freed (MADV_FREE) memory the process holds: /proc/PID/smaps_rollup. */
+export function lazyFreeKiB(pid: number): number {
+  const m = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8').match(/^LazyFree:\s+(\d+)/m);
+  return m ? Number(m[1]) : 0;
+}
+
+/** Polls until cond() holds or about two seconds have passed; its last value. */
+export async function eventually(cond: () => boolean): Promise<boolean> {
+  for (let i = 0; i < 100 && !cond(); i++) await new Promise((r) => setTimeout(r, 20));
+  return cond();
 }
 
 /** A private run directory and environment per test file. */
