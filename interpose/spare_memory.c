@@ -17,11 +17,15 @@
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *spare_base;
 static uint64_t spare_size;
+/* false from a drop until the next take: memory a release thread gives
+ * back late (after the drop) must not become a spare that CRIU dumps. */
+static bool keeping = true;
 
 /* The spare, now the caller's (NULL: none). */
-static void *detach_spare(uint64_t *size)
+static void *detach_spare(uint64_t *size, bool keep_after)
 {
     pthread_mutex_lock(&spare_lock);
+    keeping = keep_after;
     void *base = spare_base;
     *size = spare_size;
     spare_base = NULL;
@@ -33,7 +37,7 @@ static void *detach_spare(uint64_t *size)
 void *gp_spare_take(uint64_t size, uint64_t *mapped)
 {
     uint64_t old_size;
-    void *old = detach_spare(&old_size);
+    void *old = detach_spare(&old_size, true);
     if (old && old_size >= size) {
         GP_INFO("staging", "reusing %llu MiB of host memory kept from the last suspend", (unsigned long long)(old_size >> 20));
         *mapped = old_size;
@@ -53,25 +57,24 @@ void gp_spare_give(void *base, uint64_t mapped)
 {
     if (!base)
         return;
-    bool keep = mapped <= gp_shim_config()->host_retain && madvise(base, mapped, MADV_FREE) == 0;
-    if (!keep) {
-        munmap(base, mapped);
-        return;
-    }
+    void *old = base;
+    uint64_t old_size = mapped;
     pthread_mutex_lock(&spare_lock);
-    void *old = spare_base;
-    uint64_t old_size = spare_size;
-    spare_base = base;
-    spare_size = mapped;
+    if (keeping && mapped <= gp_shim_config()->host_retain && madvise(base, mapped, MADV_FREE) == 0) {
+        old = spare_base;
+        old_size = spare_size;
+        spare_base = base;
+        spare_size = mapped;
+    }
     pthread_mutex_unlock(&spare_lock);
-    if (old)
+    if (old) /* the older spare, or what is not kept */
         munmap(old, old_size);
 }
 
 void gp_spare_drop(void)
 {
     uint64_t old_size;
-    void *old = detach_spare(&old_size);
+    void *old = detach_spare(&old_size, false);
     if (old)
         munmap(old, old_size);
 }

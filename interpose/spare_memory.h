@@ -23,9 +23,10 @@
  * bytes mapped at the result. NULL with errno set on failure. */
 void *gp_spare_take(uint64_t size, uint64_t *mapped);
 /* Memory from gp_spare_take that is no longer needed: kept as the spare
- * (an older spare is unmapped), or unmapped. */
+ * (an older spare is unmapped), or unmapped when over GPUCKPT_HOST_RETAIN
+ * or given after a drop and before the next take. */
 void gp_spare_give(void *base, uint64_t mapped);
-/* Unmaps the spare, if any. */
+/* Unmaps the spare, if any, and keeps none until the next take. */
 void gp_spare_drop(void);
 
 #endif

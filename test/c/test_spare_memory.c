@@ -87,10 +87,27 @@ static void test_retain_bound(void)
     config.host_retain = GP_DEFAULT_HOST_RETAIN;
 }
 
+static void test_none_kept_after_a_drop(void)
+{
+    uint64_t got, late_size;
+    char *late = gp_spare_take(4 * MIB, &late_size);
+    gp_spare_drop();
+    gp_spare_give(late, late_size); /* a release thread, late: not kept */
+    CHECK(!mapped(late));
+    char *a = gp_spare_take(4 * MIB, &got); /* takes keep again */
+    CHECK(a);
+    gp_spare_give(a, got);
+    CHECK(mapped(a));
+    CHECK(gp_spare_take(4 * MIB, &got) == a);
+    gp_spare_give(a, got);
+    gp_spare_drop();
+}
+
 int main(void)
 {
     RUN(test_kept_and_reused);
     RUN(test_newer_replaces_older);
     RUN(test_retain_bound);
+    RUN(test_none_kept_after_a_drop);
     return HARNESS_END();
 }
