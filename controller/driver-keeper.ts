@@ -102,16 +102,24 @@ export function startDriverKeeper(appPid: number): DriverKeeper | undefined {
   };
 }
 
+function readRecord(appPid: number): KeeperRecord | undefined {
+  try {
+    return JSON.parse(readFileSync(recordPath(appPid), 'utf8')) as KeeperRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The PID of appPid's keeper on file, or undefined. */
+export function driverKeeperPid(appPid: number): number | undefined {
+  return readRecord(appPid)?.pid;
+}
+
 /** Ends appPid's keeper, if one is on file and still the process that was started. */
 export function endDriverKeeper(appPid: number): void {
-  const path = recordPath(appPid);
-  let rec: KeeperRecord;
-  try {
-    rec = JSON.parse(readFileSync(path, 'utf8')) as KeeperRecord;
-  } catch {
-    return;
-  }
-  rmSync(path, { force: true });
+  const rec = readRecord(appPid);
+  if (!rec) return;
+  rmSync(recordPath(appPid), { force: true });
   if (Number.isInteger(rec.pid) && rec.pid > 0 && startTime(rec.pid) === rec.start) {
     try {
       process.kill(rec.pid, 'SIGTERM');

@@ -98,7 +98,7 @@ type SuspendOptions = CheckpointOptions & { to?: string; onto?: string; viaHost?
  */
 export async function suspendProcess(pid: number, opts: SuspendOptions = {}): Promise<SuspendSummary> {
   const keeper = opts.keepDriver ? startDriverKeeper(pid) : undefined;
-  let suspended: SuspendSummary;
+  let suspended: Omit<SuspendSummary, 'driverKept'>;
   try {
     suspended = await suspendHolding(pid, opts);
   } catch (e) {
@@ -108,7 +108,7 @@ export async function suspendProcess(pid: number, opts: SuspendOptions = {}): Pr
   return { ...suspended, driverKept: keeper ? await keeper.keep() : false };
 }
 
-async function suspendHolding(pid: number, opts: SuspendOptions): Promise<SuspendSummary> {
+async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<SuspendSummary, 'driverKept'>> {
   const t0 = performance.now();
   const clock = new PhaseClock();
   const holdDir = defaultHoldDir(pid);
@@ -227,7 +227,7 @@ function summary(
   t0: number,
   times: { released: number; gpuFree: number; paused: number },
   clock: PhaseClock,
-): SuspendSummary {
+): Omit<SuspendSummary, 'driverKept'> {
   return {
     pid,
     image,
@@ -240,7 +240,6 @@ function summary(
     pauseStartSeconds: round((times.paused - t0) / 1000),
     seconds: round((performance.now() - t0) / 1000),
     phases: clock.phases,
-    driverKept: false,
   };
 }
 

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
 import { APPS, eventually, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
-import { holdBaseDir } from '../controller/run-dir.js';
+import { driverKeeperPid } from '../controller/driver-keeper.js';
 
 const box = new Sandbox();
 const ckptDir = box.path('driver-state');
@@ -175,8 +175,6 @@ describe('suspend and resume', () => {
 });
 
 describe('the driver keeper', () => {
-  const record = (pid: number) => join(holdBaseDir(), `driver-keeper-${pid}.json`);
-  const keeperOf = (pid: number): number | undefined => (existsSync(record(pid)) ? JSON.parse(readFileSync(record(pid), 'utf8')).pid : undefined);
   /** Running, not a zombie waiting for its reaper. */
   const runs = (pid: number) => {
     try {
@@ -186,48 +184,44 @@ describe('the driver keeper', () => {
       return false;
     }
   };
-  const ends = async (pid: number) => {
-    for (let i = 0; i < 100 && runs(pid); i++) await new Promise((r) => setTimeout(r, 20));
-    return !runs(pid);
-  };
 
   it('keeps the driver initialised while the process is suspended, and goes with the resume', async () => {
     const { app, ready } = await start();
     const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
     expect(s.driverKept).toBe(true);
-    const keeper = keeperOf(app.pid)!;
+    const keeper = driverKeeperPid(app.pid)!;
     expect(runs(keeper)).toBe(true);
     expect(readFileSync(`/proc/${keeper}/cmdline`, 'utf8')).toContain('gpuckpt-driver-keeper');
     // A refused second suspend leaves the keeper alone.
     expect(cli(['suspend', String(app.pid)]).code).toBe(1);
-    expect(keeperOf(app.pid)).toBe(keeper);
+    expect(driverKeeperPid(app.pid)).toBe(keeper);
     expect(runs(keeper)).toBe(true);
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
-    expect(await ends(keeper)).toBe(true);
-    expect(keeperOf(app.pid)).toBeUndefined();
+    expect(await eventually(() => !runs(keeper))).toBe(true);
+    expect(driverKeeperPid(app.pid)).toBeUndefined();
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
   it('ends by itself when the suspended process exits', async () => {
     const { app } = await start();
     expect(cli(['suspend', String(app.pid)]).code).toBe(0);
-    const keeper = keeperOf(app.pid)!;
+    const keeper = driverKeeperPid(app.pid)!;
     expect(runs(keeper)).toBe(true);
     process.kill(app.pid, 'SIGKILL');
-    expect(await ends(keeper)).toBe(true);
+    expect(await eventually(() => !runs(keeper))).toBe(true);
   });
 
   it('--no-keep-driver leaves none, and a failed suspend ends the one it started', async () => {
     const { app } = await start();
     const s = json<any>(cli(['suspend', String(app.pid), '--no-keep-driver', '--json']).stdout);
     expect(s.driverKept).toBe(false);
-    expect(keeperOf(app.pid)).toBeUndefined();
+    expect(driverKeeperPid(app.pid)).toBeUndefined();
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
     const keepers = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p) && runs(Number(p)) && readFileSync(`/proc/${p}/cmdline`, 'latin1').includes(`gpuckpt-driver-keeper\0${app.pid}\0`));
     expect(cli(['suspend', String(app.pid)], { FAKE_CUDA_FAIL: 'cuCheckpointProcessCheckpoint:1' }).code).toBe(1);
-    for (let i = 0; i < 100 && keepers().length; i++) await new Promise((r) => setTimeout(r, 20));
+    await eventually(() => keepers().length === 0);
     expect(keepers()).toEqual([]);
-    expect(keeperOf(app.pid)).toBeUndefined();
+    expect(driverKeeperPid(app.pid)).toBeUndefined();
   });
 });
 

@@ -654,16 +654,6 @@ function gpuMemoryOf(pid) {
   return out;
 }
 
-/** The PID of pid's driver keeper, as controller/driver-keeper.ts records it, or undefined. */
-function driverKeeperOf(pid) {
-  const base = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
-  try {
-    return JSON.parse(fs.readFileSync(path.join(base, `gpuckpt-${process.getuid()}`, `driver-keeper-${pid}.json`), 'utf8')).pid;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Running, not a zombie waiting for its reaper. */
 function running(pid) {
   try {
@@ -1038,6 +1028,7 @@ async function jobProcessScenario(name, job) {
  * the same addresses, and it runs on the GPU it was sent to.
  */
 async function suspendScenario(name, prog, args, gpus, cycles = 2) {
+  const { driverKeeperPid } = await import('../../dist/controller/driver-keeper.js');
   const app = new App(name, prog, args);
   const R = (await app.ready(240_000)).buffers;
   const before = gpuMemoryOf(app.pid);
@@ -1049,7 +1040,7 @@ async function suspendScenario(name, prog, args, gpus, cycles = 2) {
     const sus = await cliJson(['suspend', String(app.pid), '--json'], 300_000);
     const during = gpuMemoryOf(app.pid);
     if (Object.keys(during).length !== 0) throw failure(`suspended, yet nvidia-smi shows ${JSON.stringify(during)} MiB for it`);
-    const keeper = driverKeeperOf(app.pid);
+    const keeper = driverKeeperPid(app.pid);
     if (!sus.driverKept || !keeper || !running(keeper)) throw failure(`suspend left no running driver keeper (driverKept ${sus.driverKept}, pid ${keeper})`);
     if (Object.keys(gpuMemoryOf(keeper)).length) throw failure(`the driver keeper holds GPU memory: ${JSON.stringify(gpuMemoryOf(keeper))}`);
     const res = await cliJson(['resume', String(app.pid), '--json'], 300_000);
