@@ -6,6 +6,7 @@ import type { RollbackSummary } from '../controller/rollback.js';
 import type { MigrateSummary, ResumeSummary, SuspendSummary } from '../controller/suspend.js';
 import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/process-image.js';
 import { formatBytes, hex } from '../controller/units.js';
+import { zeroBlocks } from '../controller/image/chain.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
  * strings, other BigInts as numbers (sizes stay far below 2^53). */
@@ -46,6 +47,7 @@ export function printCheckpoint(s: CheckpointSummary): void {
   console.log(`checkpoint of process ${s.pid} written to ${s.image}`);
   if (s.parent) console.log(`  ${s.allocations} allocations (${formatBytes(s.poolBytes)}); changed since ${s.parent}: ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   else console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
+  if (s.zeroBytes) console.log(`  ${formatBytes(s.zeroBytes)} of all-zero blocks left on the GPU, recorded by their digest`);
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s; total ${s.seconds} s (${s.throughputGBps} GB/s)`);
   if (s.live) console.log(`  ${liveLine(s.live)}`);
 }
@@ -87,7 +89,10 @@ export function printInspect(r: InspectReport): void {
   console.log(`allocations  ${m.allocations.length}`);
   for (const a of m.allocations) console.log(`  device ${a.device}  ${hex(a.addr)}  ${formatBytes(a.size)}`);
   console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames${m.parent ? ' (the blocks changed since its parent)' : ''}`);
-  if (m.blocks) console.log(`digests      ${m.blocks.digests.reduce((n, d) => n + d.length / 8, 0)} blocks of ${formatBytes(BigInt(m.blocks.size))}: can be a parent (checkpoint --parent)`);
+  if (m.blocks) {
+    const zero = zeroBlocks(m.allocations, m.blocks.digests, m.blocks.size).bytes;
+    console.log(`digests      ${m.blocks.digests.reduce((n, d) => n + d.length / 8, 0)} blocks of ${formatBytes(BigInt(m.blocks.size))}: can be a parent (checkpoint --parent); ${formatBytes(zero)} all zeros`);
+  }
   if (m.parent) console.log(`parent       ${m.parent.path}`);
   for (const [i, p] of r.chain.entries()) console.log(`chain ${i + 1}      ${p.image} (${p.createdAt}): ${formatBytes(p.rawBytes)} stored as ${formatBytes(p.storedBytes)}`);
   console.log(`outside pool managed ${formatBytes(outside.managed)}, stream-ordered ${formatBytes(outside.streamOrdered)}, pinned host ${formatBytes(outside.host)}, unrouted ${formatBytes(outside.unrouted)}`);
@@ -96,7 +101,8 @@ export function printInspect(r: InspectReport): void {
 
 export function printSuspend(s: SuspendSummary): void {
   const where = s.heldIn === 'memory' ? 'in host memory' : s.heldIn === 'gpu' ? 'on the target GPU' : `at ${s.image} as ${formatBytes(s.storedBytes)}`;
-  console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held ${where}`);
+  const zeros = s.zeroBytes ? ` (${formatBytes(s.zeroBytes)} of it all zeros, left to be zeroed again)` : '';
+  console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held ${where}${zeros}`);
   console.log(`  pool memory released after ${s.poolReleasedSeconds} s, GPU free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
 }
 

@@ -14,14 +14,14 @@ import { Limiter } from './limiter.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
 import { LiveCopy, liveStagingBytes, type LivePlan, type LiveStats } from './live-copy.js';
-import { changedRanges, digestsByBlock, manifestSha256, openChain, refuseReplacingChain, samePool, type DigestsByBlock } from './image/chain.js';
+import { bytesOf, digestsByBlock, manifestSha256, openChain, refuseReplacingChain, samePool, storedRanges, zeroBlocks, type DigestsByBlock, type ZeroBlocks } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
-import { FORMAT_VERSION, ImageReader, ImageWriter, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
+import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
 import { releaseStaging, ShimSession, type StagingMemory } from './session.js';
-import { MAX_RANGES_PER_COPY, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
+import { MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
 import { native, PoolState } from '../native/index.js';
 
@@ -69,8 +69,10 @@ export interface CheckpointSummary {
   throughputGBps: number;
   stagingBytes: number;
   ringMode: boolean;
-  /** Bytes of live allocations; rawBytes is what was copied and stored (less, with a parent). */
+  /** Bytes of live allocations; rawBytes is what was copied and stored (less, with a parent or zeros). */
   poolBytes: number;
+  /** Bytes of all-zero blocks: neither copied nor stored (the restore sets them to zero). */
+  zeroBytes: number;
   parent?: string;
   /** Time the digest kernel took inside the pause. */
   digestSeconds: number;
@@ -93,9 +95,12 @@ export async function checkpointGpuOnly(pid: number, out: string, opts: Checkpoi
 
 /** What staging holds when release() is called. */
 export interface Staged {
-  /** Every piece is in staging at once (no region was reused): staging alone can restore the pool. */
+  /** Every piece is in staging at once (no region was reused): staging and zeros alone can restore the pool. */
   complete: boolean;
   groups: Placed[][];
+  /** Set to zero before the groups go back: the all-zero blocks, which staging does not hold. */
+  zeroFills: AllocationRecord[];
+  zeroBytes: number;
 }
 
 /**
@@ -150,11 +155,11 @@ export async function writePoolImage(
     const progress = new Progress(opts.progress);
     let live: LiveCopy | undefined;
     if (opts.live && session.poolActive) {
-      live = new LiveCopy(session, staging!, codecs, DIGEST_BLOCK, progress);
+      live = new LiveCopy(session, staging!, codecs, parent?.blockSize ?? DIGEST_BLOCK, progress);
       await live.precopy();
       clock.mark('precopy');
     }
-    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, progress, parent?.digests, live);
+    const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, progress, parent, live);
     clock.phases.pause = round(run.pauseSeconds, 4);
     clock.mark('drain');
     clock.phases.drain = round(clock.phases.drain! - run.pauseSeconds, 4);
@@ -176,7 +181,7 @@ export async function writePoolImage(
       allocations: run.allocations.map((a) => ({ device: a.device, addr: a.addr, size: a.size })),
       outsidePool: { ...outside },
       data: { file: 'pool.zst', frames: run.frames, rawBytes: run.rawBytes, storedBytes: writer.storedBytes },
-      ...(run.digests ? { blocks: { size: DIGEST_BLOCK, digests: run.digests } } : {}),
+      ...(run.digests ? { blocks: { size: run.blockSize, digests: run.digests } } : {}),
       ...(parent ? { parent: parent.record } : {}),
       stats: {
         digestSeconds: run.digestSeconds,
@@ -211,7 +216,8 @@ export async function writePoolImage(
       throughputGBps: round(raw / 1e9 / total, 2),
       stagingBytes: run.staging.size,
       ringMode: run.ringMode,
-      poolBytes: Number(run.allocations.reduce((n, a) => n + a.size, 0n)),
+      poolBytes: bytesOf(run.allocations),
+      zeroBytes: run.zeroBytes,
       ...(parent ? { parent: parent.record.path } : {}),
       digestSeconds: round(run.digestSeconds, 4),
       phases: clock.phases,
@@ -226,13 +232,20 @@ export async function writePoolImage(
   }
 }
 
+/** A parent's digests, and its block: the child's digests are taken in the same blocks, so they compare. */
+interface ParentDigests {
+  record: ParentRecord;
+  digests: DigestsByBlock;
+  blockSize: number;
+}
+
 /**
  * The image a checkpoint --parent stores its changes against: checked
  * before the application is touched (its own chain whole, digests present,
  * the same pool, and neither it nor any of its parents about to be
  * replaced by the new image), and its digests by block address.
  */
-async function readParent(path: string, out: string, session: ShimSession): Promise<{ record: ParentRecord; digests: DigestsByBlock }> {
+async function readParent(path: string, out: string, session: ShimSession): Promise<ParentDigests> {
   const reader = await ImageReader.open(path);
   const { parents } = await openChain(reader).catch(async (e) => {
     await reader.close();
@@ -245,7 +258,7 @@ async function readParent(path: string, out: string, session: ShimSession): Prom
     if (!digests) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} has no block digests (the driver could not run the digest kernel when it was made): it cannot be a parent`);
     if (!samePool(m.pool, { base: session.hello.poolBase, sliceSize: session.hello.sliceSize, deviceCount: session.hello.deviceCount }))
       throw new GpuckptError('LAYOUT_MISMATCH', `${reader.path} was made from a pool of another layout than process ${session.pid}'s: it cannot be a parent`);
-    return { record: { path: reader.path, manifestSha256: reader.manifestSha256 }, digests };
+    return { record: { path: reader.path, manifestSha256: reader.manifestSha256 }, digests, blockSize: m.blocks!.size };
   } finally {
     await Promise.all([reader, ...parents].map((r) => r.close()));
   }
@@ -255,7 +268,10 @@ interface CopyRun {
   staging: StagingMemory;
   allocations: { device: number; addr: bigint; size: bigint }[];
   digests?: Buffer[];
+  blockSize: number;
   digestSeconds: number;
+  /** Bytes of all-zero blocks, left out of the copy and of the image. */
+  zeroBytes: number;
   frames: FrameRecord[];
   rawBytes: bigint;
   pauseSeconds: number;
@@ -274,7 +290,7 @@ async function copyAndCompress(
   release: (staged: Staged) => Promise<unknown>,
   kernelLoaded: boolean,
   progress: Progress,
-  parent?: DigestsByBlock,
+  parent?: ParentDigests,
   live?: LiveCopy,
 ): Promise<CopyRun> {
   const level = opts.level ?? 1;
@@ -300,6 +316,8 @@ async function copyAndCompress(
   let allocations: CopyRun['allocations'] = [];
   let digests: Buffer[] | undefined;
   let digestSeconds = 0;
+  let zeros: ZeroBlocks = { bytes: 0, fills: [] };
+  const blockSize = parent?.blockSize ?? DIGEST_BLOCK;
   let copied = 0;
   // Staging cannot hold every piece at once: regions are reused.
   let ringMode = false;
@@ -307,17 +325,21 @@ async function copyAndCompress(
   try {
     allocations = await session.listAllocations();
     const d0 = performance.now();
-    digests = kernelLoaded ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
+    digests = kernelLoaded ? await digestAllocations(session, allocations, blockSize) : undefined;
     digestSeconds = (performance.now() - d0) / 1000;
     if ((parent || live) && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no ${live ? 'live' : 'incremental'} image can be made`);
-    if (live) await copyChanged(live.finish(allocations, digests!, parent));
-    else await copyPacked(splitIntoPieces(parent ? changedRanges(allocations, digests!, DIGEST_BLOCK, parent) : allocations));
+    // All-zero blocks stay on the GPU: the image records them by their digest.
+    if (digests) zeros = zeroBlocks(allocations, digests, blockSize, MIN_SKIPPED_ZERO_RUN);
+    if (live) await copyChanged(live.finish(allocations, digests!, parent?.digests));
+    else await copyPacked(splitIntoPieces(digests ? storedRanges(allocations, digests, blockSize, parent?.digests, MIN_SKIPPED_ZERO_RUN) : allocations));
     // Everything is in staging: the application may run again (or, for a
     // suspend, the GPU memory can go).
     holding = false;
     try {
       // With a parent, staging holds only the changes: never the pool.
-      await release({ complete: !ringMode && !parent, groups });
+      // A live copy's groups hold every byte, zeros too.
+      const left = live ? { bytes: 0, fills: [] } : zeros;
+      await release({ complete: !ringMode && !parent, groups, zeroFills: left.fills, zeroBytes: left.bytes });
     } catch (e) {
       firstFailure ??= e;
       allowCompression();
@@ -415,7 +437,9 @@ async function copyAndCompress(
     staging,
     allocations,
     digests,
+    blockSize,
     digestSeconds,
+    zeroBytes: zeros.bytes,
     frames,
     rawBytes: BigInt(pieces.reduce((s, p) => s + p.length, 0)),
     pauseSeconds,

@@ -4,12 +4,18 @@
  * only its memfd), and a small layout file in the hold directory says where
  * each piece of the pool lies in it. Suspend releases the GPU as soon as the
  * DMA ends, and resume is DMA only: nothing is compressed on the way out or
- * decompressed on the way back.
+ * decompressed on the way back. All-zero blocks (the shim's digest kernel
+ * finds them in the pause) never cross the link: resume zeroes them on the
+ * GPU.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { digestAllocations } from './block-digests.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
+import { bytesOf, storedRanges, zeroBlocks, type ZeroBlocks } from './image/chain.js';
+import { DIGEST_BLOCK } from './image/format.js';
+import type { AllocationRecord } from './image/index.js';
 import type { PhaseClock } from './phase-clock.js';
 import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
 import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
@@ -25,7 +31,12 @@ export interface Placed {
 }
 
 export interface HeldLayout {
+  /** Bytes of the pool's allocations. */
   rawBytes: number;
+  /** Bytes in the held memory (the groups'): rawBytes less the zero blocks. */
+  heldBytes: number;
+  /** Set to zero on the GPU before the groups go back (zeroBlocks in image/chain.ts). */
+  zeroFills: AllocationRecord[];
   /** The GPUs of the process's ordinals when it was suspended. */
   devices: string[];
   /** One copy request each. */
@@ -52,15 +63,16 @@ export async function mapHeldStaging(session: ShimSession, status: StatusReply, 
 
 /**
  * Pauses the process and copies its whole pool into the staging
- * mapHeldStaging made, or returns undefined (process running again) when
- * there is none or the pool outgrew it: the caller then goes through a
- * compressed image instead. On success the process stays paused.
+ * mapHeldStaging made (but for its all-zero blocks, where digests is true:
+ * the digest kernel is loaded), or returns undefined (process running
+ * again) when there is none or the pool outgrew it: the caller then goes
+ * through a compressed image instead. On success the process stays paused.
  */
 export async function stagePool(
   session: ShimSession,
   staging: StagingMemory | undefined,
   devices: string[],
-  opts: { leaseMs?: number },
+  opts: { leaseMs?: number; digests?: boolean },
   clock?: PhaseClock,
 ): Promise<StagedPool | undefined> {
   if (!staging) return undefined;
@@ -69,8 +81,12 @@ export async function stagePool(
   try {
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
     paused = true;
-    const pieces = splitIntoPieces(await session.listAllocations());
+    const allocations = await session.listAllocations();
     clock?.mark('quiesce');
+    const digests = opts.digests ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
+    const zeros: ZeroBlocks = digests ? zeroBlocks(allocations, digests, DIGEST_BLOCK) : { bytes: 0, fills: [] };
+    const pieces = splitIntoPieces(digests ? storedRanges(allocations, digests, DIGEST_BLOCK) : allocations);
+    if (digests) clock?.mark('digest');
     if (packedBytes(pieces) > staging.size) {
       // The application allocated more since the status: take the slow path.
       await session.resume();
@@ -83,19 +99,22 @@ export async function stagePool(
     for (const g of groups) await session.copyOut(g);
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
-    return { layout: { rawBytes: pieces.reduce((s, p) => s + p.length, 0), devices, groups }, copySeconds };
+    const heldBytes = pieces.reduce((s, p) => s + p.length, 0);
+    return { layout: { rawBytes: bytesOf(allocations), heldBytes, zeroFills: zeros.fills, devices, groups }, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
     throw e; // the shim drops the staging as the session closes
   }
 }
 
-/** DMA of the held data back into the (remapped) pool; the caller holds the process.
+/** Zeros, then DMA of the held data back into the (remapped) pool; the caller holds the process.
  * Returns the seconds spent in copies. */
 export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock): Promise<number> {
   const staging = await session.mapStaging(0, 'held');
   clock?.mark('pin');
   try {
+    await session.fillZeros(layout.zeroFills, layout.groups.length === 0);
+    if (layout.zeroFills.length) clock?.mark('zeros');
     const c0 = performance.now();
     for (const [i, g] of layout.groups.entries()) await session.copyIn(g, i === layout.groups.length - 1);
     clock?.mark('copy');
@@ -107,7 +126,8 @@ export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock
 
 export function writeHeldLayout(dir: string, layout: HeldLayout): void {
   const groups = layout.groups.map((g) => g.map((p) => ({ ...p, addr: p.addr.toString(16) })));
-  writeFileSync(join(dir, LAYOUT_FILE), JSON.stringify({ ...layout, groups }), { mode: 0o600 });
+  const zeroFills = layout.zeroFills.map((r) => ({ device: r.device, addr: r.addr.toString(16), size: r.size.toString(16) }));
+  writeFileSync(join(dir, LAYOUT_FILE), JSON.stringify({ ...layout, groups, zeroFills }), { mode: 0o600 });
 }
 
 /** The layout when dir describes data held in memory; undefined for an image. */
@@ -119,8 +139,23 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
     return undefined;
   }
   try {
-    const raw = JSON.parse(text) as { rawBytes: number; devices: string[]; groups: (Omit<Placed, 'addr'> & { addr: string })[][]; gpus?: string[] };
-    return { rawBytes: raw.rawBytes, devices: raw.devices, groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))), gpus: raw.gpus };
+    const raw = JSON.parse(text) as {
+      rawBytes: number;
+      // Absent in a layout written before zero blocks were left on the GPU.
+      heldBytes?: number;
+      zeroFills?: { device: number; addr: string; size: string }[];
+      devices: string[];
+      groups: (Omit<Placed, 'addr'> & { addr: string })[][];
+      gpus?: string[];
+    };
+    return {
+      rawBytes: raw.rawBytes,
+      heldBytes: raw.heldBytes ?? raw.rawBytes,
+      zeroFills: (raw.zeroFills ?? []).map((r) => ({ device: r.device, addr: BigInt(`0x${r.addr}`), size: BigInt(`0x${r.size}`) })),
+      devices: raw.devices,
+      groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))),
+      gpus: raw.gpus,
+    };
   } catch (e) {
     throw new GpuckptError('INTERNAL', `the held data's layout at ${join(dir, LAYOUT_FILE)} is unreadable: ${(e as Error).message}`);
   }

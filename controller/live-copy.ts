@@ -21,11 +21,11 @@
 import { GpuckptError } from './errors.js';
 import type { CodecPool } from './codec-pool.js';
 import type { Placed } from './held-memory.js';
-import { changedRanges, type DigestsByBlock } from './image/chain.js';
+import { storedRanges, type DigestsByBlock } from './image/chain.js';
 import type { AllocationRecord } from './image/index.js';
 import type { Progress } from './progress.js';
 import type { ShimSession, StagingMemory } from './session.js';
-import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, splitIntoPieces, stagingBytes, type Piece } from './staging-plan.js';
+import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, splitIntoPieces, stagingBytes, type Piece } from './staging-plan.js';
 import { formatBytes, round } from './units.js';
 import { digestAllocations } from './block-digests.js';
 
@@ -135,7 +135,8 @@ export class LiveCopy {
   /**
    * Inside the pause, with the kernel's digests of every live allocation:
    * what to copy now (the blocks whose copy differs), and where each
-   * piece to store lies. parent: store only the blocks that differ from it.
+   * piece to store lies: never an all-zero block (the image records those
+   * by their digest), and with parent, only the blocks that differ from it.
    */
   finish(allocations: AllocationRecord[], digests: Buffer[], parent?: DigestsByBlock): LivePlan {
     const runs = this.changedSince(allocations, digests, true);
@@ -145,7 +146,7 @@ export class LiveCopy {
     allocations.forEach((a, i) => {
       const slot = this.slotOf(a)!; // placed by changedSince, or it threw
       whole.push({ device: a.device, addr: a.addr, length: Number(a.size), stagingOffset: slot.offset });
-      const stored = parent ? changedRanges([a], [digests[i]!], this.blockSize, parent) : [a];
+      const stored = storedRanges([a], [digests[i]!], this.blockSize, parent, MIN_SKIPPED_ZERO_RUN);
       for (const piece of splitIntoPieces(stored)) frames.push({ piece, offset: slot.offset + Number(piece.addr - a.addr) });
     });
     return { copies: requests(runs.map(strip)), groups: requests(whole), frames };

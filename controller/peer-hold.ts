@@ -100,7 +100,7 @@ export async function holdOnGpus(
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
     const rawBytes = now.reduce((s, w) => s + Number(current.devices[w.device].bytesInUse), 0);
-    return { layout: { rawBytes, devices, groups: [], gpus: to }, copiedBytes: copied, copySeconds };
+    return { layout: { rawBytes, heldBytes: 0, zeroFills: [], devices, groups: [], gpus: to }, copiedBytes: copied, copySeconds };
   } catch (e) {
     // The shim drops whatever it held as the gate reopens.
     if (paused) await session.resume().catch(() => undefined);

@@ -5,7 +5,8 @@
  * rollback (restore --into), resume, and whole-process restore, which
  * decompresses while CRIU brings the process back. An incremental image
  * brings its parents: each byte comes from the newest image of the chain
- * that holds it (image/chain.ts), checked before anything is touched.
+ * that holds it (image/chain.ts), checked before anything is touched. The
+ * image's all-zero blocks are set to zero on the GPU first.
  *
  * open() verifies every frame without touching any process: when staging
  * holds all frames, verifying is decompressing into place and nothing is
@@ -15,7 +16,7 @@
 import { CodecPool } from './codec-pool.js';
 import { isGpuckptError } from './errors.js';
 import { openChain, type ChainSource, type OpenedChain } from './image/chain.js';
-import { frameLabel, type ImageReader } from './image/index.js';
+import { frameLabel, type AllocationRecord, type ImageReader } from './image/index.js';
 import { Limiter } from './limiter.js';
 import { Progress } from './progress.js';
 import { closeStaging, releaseStaging, type ShimSession, type StagingMemory } from './session.js';
@@ -50,6 +51,7 @@ export class PoolLoader {
     /** True when every frame is decompressed into staging before the copies. */
     readonly fits: boolean,
     private readonly progress: Progress,
+    private readonly zeroFills: AllocationRecord[],
   ) {}
 
   /**
@@ -59,7 +61,7 @@ export class PoolLoader {
    * whenReady() or attach() says how that went.
    */
   static async open(reader: ImageReader, opts: LoaderOptions, opened?: OpenedChain): Promise<PoolLoader> {
-    const { parents, sources: plan } = opened ?? (await openChain(reader));
+    const { parents, sources: plan, zeroFills } = opened ?? (await openChain(reader));
     const chain = [reader, ...parents];
     let staging: StagingMemory | undefined;
     let codecs: CodecPool | undefined;
@@ -70,7 +72,8 @@ export class PoolLoader {
       codecs = new CodecPool(opts.workers);
       await codecs.mapStaging(staging);
       const fits = packedBytes(sources) <= staging.size;
-      const loader = new PoolLoader(chain, staging, codecs, fits ? packAll(sources) : batches(sources, staging.size), fits, new Progress(opts.progress));
+      const groups = fits ? packAll(sources) : batches(sources, staging.size);
+      const loader = new PoolLoader(chain, staging, codecs, groups, fits, new Progress(opts.progress), zeroFills);
       loader.startLoading();
       return loader;
     } catch (e) {
@@ -143,9 +146,10 @@ export class PoolLoader {
     this.ready.catch(() => undefined);
   }
 
-  /** DMA of every frame into the pool; the caller holds the process paused.
+  /** Zeros, then DMA of every frame into the pool; the caller holds the process paused.
    * Returns the seconds spent in copies. */
   async copyIn(session: ShimSession): Promise<number> {
+    await session.fillZeros(this.zeroFills, this.groups.length === 0);
     let copySeconds = 0;
     for (const [i, group] of this.groups.entries()) {
       if (!this.fits) await this.decompress(group);

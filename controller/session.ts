@@ -8,6 +8,7 @@ import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from './errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
 import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
+import { MAX_RANGES_PER_COPY } from './staging-plan.js';
 import {
   MessageType,
   native,
@@ -36,6 +37,7 @@ const SUSPEND_HOLD_STAGING = 1;
 const SUSPEND_HOLD_PEER = 2;
 const QUIESCE_ROLLBACK = 1;
 const COPY_COMPLETES = 1;
+const COPY_ZEROS = 2;
 
 /** Staging memory: the shim's (received over the socket) or this process's (staging-files.ts); the codec workers map it. */
 export interface StagingMemory {
@@ -281,6 +283,18 @@ export class ShimSession {
   /** completes: with these ranges the image's data is all in the pool. */
   copyIn(ranges: CopyRange[], completes = false): Promise<{ bytes: number; ns: number }> {
     return this.request(MessageType.COPY_IN, 'copy in', { ranges, flags: completes ? COPY_COMPLETES : 0 });
+  }
+
+  /**
+   * Sets ranges of the pool to zero on the GPU (GPCK_COPY_ZEROS), before
+   * any copy in; completes: nothing is copied in after them.
+   */
+  async fillZeros(ranges: { device: number; addr: bigint; size: bigint }[], completes = false): Promise<void> {
+    for (let k = 0; k < ranges.length; k += MAX_RANGES_PER_COPY) {
+      const part = ranges.slice(k, k + MAX_RANGES_PER_COPY).map((r) => ({ device: r.device, addr: r.addr, length: Number(r.size), stagingOffset: 0 }));
+      const last = completes && k + MAX_RANGES_PER_COPY >= ranges.length;
+      await this.request(MessageType.COPY_IN, 'zero fill', { ranges: part, flags: COPY_ZEROS | (last ? COPY_COMPLETES : 0) });
+    }
   }
 
   /**

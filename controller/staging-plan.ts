@@ -10,8 +10,17 @@
 import { freemem } from 'node:os';
 
 export const FRAME_BYTES = 16 * 1024 * 1024;
+/**
+ * Images leave out all-zero runs of at least this much; shorter ones are
+ * stored (compressed, zeros cost next to nothing). Each run left out cuts
+ * a frame: 16 GiB of the benchmark's alternating 256 KiB regions, every
+ * zero run left out, took 21845 frames of 512 KiB, and a whole-process
+ * restore 5.4 s instead of 2.9 s (with an O(n^2) in planChain, since
+ * fixed). A suspend's held copy, which has no frames, leaves out every one.
+ */
+export const MIN_SKIPPED_ZERO_RUN = 2 * 1024 * 1024;
 /** Ranges per copy request (GPCK_MAX_COPY_RANGES in the protocol header). */
-export const MAX_RANGES_PER_COPY = 256;
+export const MAX_RANGES_PER_COPY = 2048;
 const ALIGN = 4096;
 
 export interface Piece {

@@ -26,6 +26,7 @@ import { driverFreeze, driverState, driverThaw, type GpuPair } from './driver-ch
 import { endDriverKeeper, startDriverKeeper } from './driver-keeper.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { faultPoint } from './faults.js';
+import { loadDigestKernels } from './block-digests.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, mapHeldStaging, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
@@ -51,9 +52,11 @@ export interface SuspendSummary {
   /** Asked to hold it on another GPU (a migrate) but could not: why. */
   whyNotOnGpu?: string;
   rawBytes: number;
+  /** Bytes of all-zero blocks: left on the GPU, set to zero again by the resume. */
+  zeroBytes: number;
   /** Bytes of the image; 0 while the data is held in memory. */
   storedBytes: number;
-  /** The DMA out, in the application's pause. */
+  /** The DMA out, in the application's pause (of the bytes it moved). */
   copyGBps: number;
   /** From the start to the pool's GPU memory being released. */
   poolReleasedSeconds: number;
@@ -122,6 +125,10 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     // (a refusal below drops it with the session; nothing has moved).
     const early = opts.to || opts.onto ? undefined : mapHeldStaging(session, status, opts.stagingLimit);
     early?.catch(() => undefined); // awaited below, where its failure counts
+    // The digest kernel finds the all-zero blocks the copy leaves out; the
+    // driver's first compile of it stays out of the pause.
+    const kernel = early && session.poolActive ? loadDigestKernels(session, status) : Promise.resolve(false);
+    kernel.catch(() => undefined);
     await driverState(pid); // a driver without the checkpoint API is refused before anything moves
     const devices = await session.devices();
     const uuids = devices.map((d) => d.uuid);
@@ -165,16 +172,18 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
       const held = await holdOnGpus(session, status, uuids, pairs, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
       if ('layout' in held) {
         await releaseHeld(held.layout, 'peer');
-        return summary(pid, holdDir, 'gpu', held.layout.rawBytes, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, times, clock);
+        return summary(pid, holdDir, 'gpu', { rawBytes: held.layout.rawBytes, zeroBytes: 0 }, 0, held.copiedBytes / 1e9 / Math.max(held.copySeconds, 1e-9), t0, times, clock);
       }
       whyNotOnGpu = held.why;
     }
     if (!opts.to) {
       const staging = await (early ?? mapHeldStaging(session, status, opts.stagingLimit));
-      const staged = await stagePool(session, staging, uuids, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS }, clock);
+      const digests = await kernel;
+      const staged = await stagePool(session, staging, uuids, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, digests }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
-        return { ...summary(pid, holdDir, 'memory', staged.layout.rawBytes, 0, staged.layout.rawBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
+        const { rawBytes, heldBytes } = staged.layout;
+        return { ...summary(pid, holdDir, 'memory', { rawBytes, zeroBytes: rawBytes - heldBytes }, 0, staged.layout.heldBytes / 1e9 / Math.max(staged.copySeconds, 1e-9), t0, times, clock), whyNotOnGpu };
       }
     }
 
@@ -191,7 +200,8 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
         async (staged: Staged) => {
           if (!staged.complete) return; // staging was reused: the image must be complete first
           held = true;
-          await releaseHeld({ rawBytes: staged.groups.flat().reduce((s, p) => s + p.length, 0), devices: uuids, groups: staged.groups });
+          const heldBytes = staged.groups.flat().reduce((s, p) => s + p.length, 0);
+          await releaseHeld({ rawBytes: heldBytes + staged.zeroBytes, heldBytes, zeroFills: staged.zeroFills, devices: uuids, groups: staged.groups });
         },
       );
     } catch (e) {
@@ -211,7 +221,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
       });
     }
     clock.mark('image');
-    return { ...summary(pid, image, 'image', written.rawBytes, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
+    return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
   } finally {
     session.close();
   }
@@ -221,7 +231,7 @@ function summary(
   pid: number,
   image: string,
   heldIn: SuspendSummary['heldIn'],
-  raw: number,
+  pool: { rawBytes: number; zeroBytes: number },
   stored: number,
   copyGBps: number,
   t0: number,
@@ -232,7 +242,8 @@ function summary(
     pid,
     image,
     heldIn,
-    rawBytes: raw,
+    rawBytes: pool.rawBytes,
+    zeroBytes: pool.zeroBytes,
     storedBytes: stored,
     copyGBps: round(copyGBps, 2),
     poolReleasedSeconds: round((times.released - t0) / 1000),
@@ -369,7 +380,7 @@ export async function resumeProcess(
       rawBytes,
       driverRestoreSeconds: round((thawed - t0) / 1000),
       remapSeconds: round((mappedAt - thawed) / 1000),
-      copyGBps: round(rawBytes / 1e9 / Math.max(copySeconds, 1e-9), 2),
+      copyGBps: round((layout?.heldBytes ?? rawBytes) / 1e9 / Math.max(copySeconds, 1e-9), 2),
       remapCopiedBytes: remapped.bytesCopied,
       seconds: round((performance.now() - t0) / 1000),
       phases: clock.phases,

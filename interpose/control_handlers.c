@@ -439,10 +439,11 @@ static bool reads_unheld(const struct gp_client *c)
 
 /* Every range is checked before any byte moves: it must lie inside one live
  * allocation of the pool (mapped pool memory, in a live window) and inside
- * the staging memory, so nothing a controller (or an image) says can make
- * the shim touch other memory. */
+ * the staging memory (zeros read none: offset 0), so nothing a controller
+ * (or an image) says can make the shim touch other memory. */
 static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *req)
 {
+    bool zeros = req->flags & GPCK_COPY_ZEROS;
     struct gp_shim_info info;
     gp_shim_info(&info);
     for (uint32_t i = 0; i < req->count; i++) {
@@ -451,10 +452,27 @@ static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *r
             return -ENODEV;
         if (!may_read(c, (int)r->device, r->addr, r->length))
             return -EFAULT;
-        if (r->staging_offset > c->staging.size || r->length > c->staging.size - r->staging_offset)
+        if (zeros) {
+            if (r->staging_offset)
+                return -EINVAL;
+        } else if (r->staging_offset > c->staging.size || r->length > c->staging.size - r->staging_offset)
             return -ERANGE;
     }
     return 0;
+}
+
+/* Waits for the copy streams of the devices used; err, or -EIO when it
+ * was 0 and a wait failed. */
+static int sync_streams(const bool used[GPCK_MAX_DEVICES], int err)
+{
+    for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++) {
+        CUstream s;
+        if (!used[d] || copy_stream(d, &s))
+            continue;
+        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
+            err = -EIO;
+    }
+    return err;
 }
 
 /* Each range straight between the pool and staging, piece by piece of the
@@ -488,21 +506,37 @@ static int copy_direct(struct gp_client *c, bool to_host, const struct gpck_copy
     }
     /* Wait for everything queued, also after a failure, so no DMA is left
      * writing into memory the controller is about to reuse. */
-    for (int d = 0; d < (int)GPCK_MAX_DEVICES; d++) {
+    return sync_streams(used, err);
+}
+
+/* Every range set to zero on the GPU, on the copy streams, and waited for
+ * (also after a failure: nothing is left writing once the reply goes). */
+static int fill_zeros(const struct gpck_copy_req *req)
+{
+    int err = 0;
+    bool used[GPCK_MAX_DEVICES] = { false };
+    for (uint32_t i = 0; i < req->count && !err; i++) {
+        const struct gpck_copy_range *r = &req->ranges[i];
         CUstream s;
-        if (!used[d] || copy_stream(d, &s))
-            continue;
-        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
+        err = copy_stream((int)r->device, &s);
+        if (err)
+            break;
+        used[r->device] = true;
+        CUresult cu = GP_REAL(cuMemsetD8Async)(r->addr, 0, r->length, s);
+        if (cu != CUDA_SUCCESS) {
+            GP_ERROR("control", "zero fill 0x%llx+%llu failed (CUresult %d)", (unsigned long long)r->addr,
+                     (unsigned long long)r->length, (int)cu);
             err = -EIO;
+        }
     }
-    return err;
+    return sync_streams(used, err);
 }
 
 /* Every range through the staging's bounce ring. -EAGAIN: it could not
  * start, nothing was copied. */
 static int copy_bounced(struct gp_client *c, bool to_host, const struct gpck_copy_req *req)
 {
-    struct gp_bounce_span spans[GPCK_MAX_COPY_RANGES];
+    static struct gp_bounce_span spans[GPCK_MAX_COPY_RANGES]; /* 80 KiB: off the stack; the control thread's alone */
     for (uint32_t i = 0; i < req->count; i++) {
         const struct gpck_copy_range *r = &req->ranges[i];
         int err = copy_stream((int)r->device, &spans[i].stream);
@@ -527,12 +561,13 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
      * live window's copies out are not, and its controller knows it. */
     if (gate_holder != c && !(to_host && reads_unheld(c)))
         return -EPERM;
-    if (req->flags & ~GPCK_COPY_COMPLETES)
+    bool zeros = req->flags & GPCK_COPY_ZEROS;
+    if ((req->flags & ~(GPCK_COPY_COMPLETES | GPCK_COPY_ZEROS)) || (to_host && zeros))
         return -EINVAL;
     /* Writing into a running process's pool is a rollback's alone. */
     if (!to_host && suspension != RESTORING && !c->rollback)
         return -EPERM;
-    if (!c->staging.base)
+    if (!c->staging.base && !zeros)
         return -ENOBUFS;
     int err = check_ranges(c, req);
     if (err)
@@ -545,7 +580,7 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     uint64_t t0 = gp_now_ns(), bytes = 0;
     for (uint32_t i = 0; i < req->count; i++)
         bytes += req->ranges[i].length;
-    err = c->staging.bounce ? copy_bounced(c, to_host, req) : -EAGAIN;
+    err = zeros ? fill_zeros(req) : c->staging.bounce ? copy_bounced(c, to_host, req) : -EAGAIN;
     if (err == -EAGAIN)
         err = copy_direct(c, to_host, req);
     rep->bytes = bytes;
@@ -556,7 +591,9 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
 }
 
 /* Digests are only meaningful while the application is held still, and
- * only of memory inside live allocations (the kernel reads nothing else);
+ * only of memory inside live allocations (the kernel reads nothing else),
+ * of a pool in place (running, or being rolled back: what a rollback wrote
+ * can be checked);
  * loading the kernel (count 0) needs a process the driver has not frozen
  * (a call into a checkpointed process would block the control thread). */
 static int handle_digest(struct gp_client *c, const void *payload, uint32_t len, struct gpck_digest_rep *rep,
@@ -566,7 +603,8 @@ static int handle_digest(struct gp_client *c, const void *payload, uint32_t len,
     if (len < sizeof(*req) || req->count > GPCK_MAX_DIGEST_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_digest_range))
         return -EPROTO;
-    if (req->count ? suspension != RUNNING || (gate_holder != c && !reads_unheld(c)) : suspension == SUSPENDED)
+    bool in_place = suspension == RUNNING || suspension == ROLLING_BACK;
+    if (req->count ? !in_place || (gate_holder != c && !reads_unheld(c)) : suspension == SUSPENDED)
         return -EPERM;
     struct gp_shim_info info;
     gp_shim_info(&info);

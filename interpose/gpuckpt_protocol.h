@@ -17,12 +17,12 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 9u
+#define GPCK_PROTOCOL_VERSION 10u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
 #define GPCK_MAX_MESSAGE (128u * 1024u)
-#define GPCK_MAX_COPY_RANGES 256u
+#define GPCK_MAX_COPY_RANGES 2048u /* 64 KiB of ranges: a pool without its zero blocks is many */
 #define GPCK_MAX_LIST_ENTRIES 4096u
 #define GPCK_NAME_LEN 256u
 #define GPCK_PATH_LEN 1024u
@@ -237,6 +237,12 @@ struct gpck_copy_range {
  * in the pool, so a controller lost afterwards no longer leaves the
  * application held (rollback) or released again (resume). */
 #define GPCK_COPY_COMPLETES 1u
+/* GPCK_COPY_ZEROS (COPY_IN only): the ranges are set to zero on the GPU
+ * (at HBM speed) instead of copied: the blocks an image or a suspend found
+ * all zeros (BLOCK_DIGEST 0) never cross the link. Nothing of staging is
+ * read, none need be mapped, and each range's staging_offset must be 0;
+ * the ranges are checked as any copy in's. */
+#define GPCK_COPY_ZEROS 2u
 
 struct gpck_copy_req {
     uint32_t count;            /* <= GPCK_MAX_COPY_RANGES */

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { sameBuffers } from '../controller/app-driver.js';
+import { FORMAT_VERSION } from '../controller/image/index.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 
 const box = new Sandbox();
@@ -52,7 +53,7 @@ for (const [variant, app] of Object.entries(APPS)) {
       expect(ins.code).toBe(0);
       const report = json(ins.stdout);
       expect(report.verified).toBe(true);
-      expect(report.version).toBe(1);
+      expect(report.version).toBe(FORMAT_VERSION);
       expect(report.source.pid).toBe(a.pid);
       expect(report.pool.base).toBe('0x600000000000');
       expect(report.devices[0].name).toBe('Fake CUDA Device 0');

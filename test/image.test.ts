@@ -250,6 +250,39 @@ describe('manifest encoding', () => {
     expect(codeOf(() => encodeManifest(m))).toBe('INTERNAL');
   });
 
+  describe('all-zero blocks (format 2): an allocation may lack frames only where its digests say zeros', () => {
+    /** Digests of 4 KiB blocks: allocation zero (all zeros in sampleContents) 0, the others not. */
+    const withDigests = (m: Manifest, zero: number): Manifest => {
+      m.blocks = { size: 4096, digests: m.allocations.map((a, i) => Buffer.alloc(8 * Math.ceil(Number(a.size) / 4096), i === zero ? 0 : 1)) };
+      return m;
+    };
+    /** Drops allocation ai's frames, the others packed again from offset 0. */
+    const withoutFramesOf = (m: Manifest, ai: number): Manifest => {
+      const a = m.allocations[ai]!;
+      m.data.frames = m.data.frames.filter((f) => !(f.device === a.device && f.addr >= a.addr && f.addr < a.addr + a.size));
+      let offset = 0n;
+      for (const f of m.data.frames) {
+        f.offset = offset;
+        offset += BigInt(f.compressedLength);
+      }
+      m.data.storedBytes = offset;
+      m.data.rawBytes = m.data.frames.reduce((n, f) => n + BigInt(f.length), 0n);
+      return m;
+    };
+    it('a gap of all-zero blocks is zeros', () => {
+      const m = withoutFramesOf(withDigests(sampleManifest(), 1), 1);
+      expect(checkManifest(m).ok).toBe(true);
+      expect(decodeManifest(encodeBySpec(m), 'm').data.frames).toHaveLength(m.data.frames.length);
+    });
+    it('a gap where a block is not all zeros is missing data', () => {
+      const m = withoutFramesOf(withDigests(sampleManifest(), 0), 1);
+      expect(checkManifest(m)).toMatchObject({ ok: false, problem: expect.stringMatching(/allocation 1 .* has no data for/) });
+    });
+    it('without digests, any gap is missing data', () => {
+      expect(checkManifest(withoutFramesOf(sampleManifest(), 1)).ok).toBe(false);
+    });
+  });
+
   describe('validation: each problem is IMAGE_CORRUPT with a message saying what is wrong', () => {
     const cases: [string, (m: Manifest) => void, RegExp][] = [
       ['number instead of bigint', (m) => ((m.allocations[0] as { addr: unknown }).addr = 1234), /allocations\[0\]\.addr .*expected a 64-bit integer/],
@@ -258,7 +291,7 @@ describe('manifest encoding', () => {
       ['missing field', (m) => delete (m.source as { host?: string }).host, /source\.host is undefined/],
       ['wrong format', (m) => ((m as { format: string }).format = 'other'), /format/],
       ['wrong kind', (m) => ((m as { kind: string }).kind = 'full'), /kind/],
-      ['payload version differs', (m) => ((m as { version: number }).version = 2), /payload version/],
+      ['payload version unknown', (m) => ((m as { version: number }).version = FORMAT_VERSION + 1), /payload version/],
       ['bad date', (m) => (m.createdAt = 'yesterday'), /createdAt/],
       ['command not strings', (m) => ((m.source.command as unknown[])[1] = 7), /source\.command\[1\]/],
       ['stats not numbers', (m) => ((m.stats as Record<string, unknown>).saveMs = 'fast'), /stats\.saveMs/],
@@ -783,7 +816,7 @@ describe('reader refuses damaged images, each with its own code', () => {
     v99.writeUInt32LE(99, 8);
     await writeFile(manifestPath, v99);
     expect(await openCode(path)).toBe('IMAGE_VERSION');
-    await ImageReader.open(path).catch((e: Error) => expect(e.message).toMatch(/format version 99; this gpuckpt reads version 1/));
+    await ImageReader.open(path).catch((e: Error) => expect(e.message).toMatch(/format version 99; this gpuckpt reads versions 1 to 2/));
     // A newer format may differ after the version: garbage or a cut there is still IMAGE_VERSION.
     await writeFile(manifestPath, Buffer.concat([v99.subarray(0, 12), Buffer.from('entirely different layout')]));
     expect(await openCode(path)).toBe('IMAGE_VERSION');

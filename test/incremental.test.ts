@@ -34,9 +34,10 @@ describe('checkpoint --parent', () => {
     const inc = json(ok(['checkpoint', pid, '--gpu-only', '-o', B, '--parent', A, '--json']).stdout);
     expect(inc.parent).toBe(A);
     expect(inc.poolBytes).toBe(full.rawBytes);
-    // 10 % of 1 MiB, 3 MiB, 40 MiB and 4 KiB buffers touches one 2 MiB block of
-    // each small one and two of the 40 MiB one: 1 + 2 + 4 MiB + 4 KiB.
-    expect(inc.rawBytes).toBe(MiB + 2 * MiB + 4 * MiB + 4096);
+    // 10 % of 1 MiB, 3 MiB, 40 MiB and 4 KiB buffers touches one 256 KiB block
+    // of the 1 MiB one, two of the 3 MiB one, sixteen of the 40 MiB one and
+    // the 4 KiB one: 256 KiB + 512 KiB + 4 MiB + 4 KiB.
+    expect(inc.rawBytes).toBe(MiB / 4 + MiB / 2 + 4 * MiB + 4096);
     expect(inc.storedBytes).toBeLessThan(full.storedBytes / 4);
 
     const T2 = (await app.command('touch 50')).buffers as BufferState[];
@@ -62,6 +63,38 @@ describe('checkpoint --parent', () => {
     expect(shown.parent.path).toBe(B);
     expect(shown.chain.map((c: { image: string }) => c.image)).toEqual([B, A]);
     expect(ok(['inspect', C]).stdout).toMatch(new RegExp(`parent +${B}\\n(.|\\n)*chain 2 +${A}`));
+    expect(await app.quit()).toBe(0);
+  });
+
+  it('leaves all-zero blocks out of full and incremental images, and zeroes them again on restore', async () => {
+    // Memory the driver hands out anew (the pool's, at a resume) is not zeros.
+    const { app } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_DIRTY_MEMORY: '1' } });
+    const pid = String(app.pid);
+    const A = box.path('zA');
+    const full = json(ok(['checkpoint', pid, '--gpu-only', '-o', A, '--json']).stdout);
+    expect(full.zeroBytes).toBe(0);
+    // Half of each buffer zeroed: whole 256 KiB blocks of the 1 MiB one
+    // (2), the 3 MiB + 512 one (6) and the 40 MiB one (80); none of 4 KiB.
+    // Images leave out runs of 2 MiB or more: the 40 MiB one's 20 MiB.
+    const Z = (await app.command('zero 50')).buffers as BufferState[];
+    const zeros = 80 * (MiB / 4);
+    const B = box.path('zB');
+    const inc = json(ok(['checkpoint', pid, '--gpu-only', '-o', B, '--parent', A, '--json']).stdout);
+    expect(inc.zeroBytes).toBe(zeros);
+    // Changed, not left out: the short zero runs (2 and 6 blocks), the
+    // 3 MiB one's partly zeroed block and the 4 KiB buffer.
+    expect(inc.rawBytes).toBe(MiB / 2 + 7 * (MiB / 4) + 4096);
+    const C = box.path('zC');
+    const whole = json(ok(['checkpoint', pid, '--gpu-only', '-o', C, '--json']).stdout);
+    expect(whole).toMatchObject({ zeroBytes: zeros, rawBytes: whole.poolBytes - zeros });
+    expect(ok(['inspect', C]).stdout).toMatch(/22\.0 MiB all zeros/);
+    expect(json(ok(['inspect', C, '--json']).stdout).verified).toBe(true);
+
+    for (const image of [B, C]) {
+      await app.command('mutate');
+      ok(['restore', image, '--into', pid]);
+      expect(sameBuffers((await app.command('state')).buffers, Z)).toBe(true);
+    }
     expect(await app.quit()).toBe(0);
   });
 

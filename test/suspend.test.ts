@@ -75,6 +75,24 @@ describe('suspend and resume', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
+  it('leaves all-zero blocks on the GPU and zeroes them again at the resume, in memory or through an image', async () => {
+    // The pool's memory after the resume is new from the driver: not zeros.
+    const { app } = await start({ FAKE_CUDA_DIRTY_MEMORY: '1' });
+    // Half of each buffer zeroed: 2 + 6 + 80 whole blocks of 256 KiB.
+    const zeros = 88 * 256 * 1024;
+    const Z = (await app.command('zero 50')).buffers!;
+    const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
+    expect(s).toMatchObject({ heldIn: 'memory', zeroBytes: zeros });
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, Z)).toBe(true);
+    const to = json<any>(cli(['suspend', String(app.pid), '--to', box.path('zeros-held'), '--json']).stdout);
+    // An image leaves out only zero runs of 2 MiB or more: the 40 MiB buffer's 80 blocks.
+    expect(to).toMatchObject({ heldIn: 'image', zeroBytes: 80 * 256 * 1024 });
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, Z)).toBe(true);
+    expect(await app.quit()).toBe(0);
+  });
+
   it('keeps the host memory that held the pool, lazily freed, for the next suspend (GPUCKPT_HOST_RETAIN=0: none)', async () => {
     const { app, ready } = await start({ GPUCKPT_LOG: 'info' });
     const reused = () => app.stderr.split('\n').filter((l) => l.includes('host memory kept from the last suspend')).length;

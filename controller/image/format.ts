@@ -7,8 +7,15 @@
 export const MANIFEST_FILE = 'manifest';
 /** Name of the file of concatenated zstd frames inside an image directory. */
 export const DATA_FILE = 'pool.zst';
-/** Bump whenever a reader of the previous version would misread a new image. */
-export const FORMAT_VERSION = 1;
+/**
+ * Bump whenever a reader of the previous version would misread a new image.
+ * 2: the blocks of an allocation whose digest is 0 (all zeros) may be in no
+ * frame; they are zeros. A version 1 image is a version 2 image that left
+ * none out, so both are read.
+ */
+export const FORMAT_VERSION = 2;
+/** The oldest format version this gpuckpt reads. */
+export const OLDEST_FORMAT_VERSION = 1;
 export const MANIFEST_MAGIC: Buffer = Buffer.from('GPUCKPT\0', 'latin1');
 /** magic(8) + version(4) + payload length(4) + SHA-256(32). */
 export const MANIFEST_HEADER_LENGTH = 48;
@@ -26,10 +33,12 @@ export const MAX_DEVICES = 1024;
 export const MIN_DIGEST_BLOCK = 4096;
 /**
  * Block of the digests images carry: the unit an incremental image stores
- * or leaves to its parent. 2 MiB keeps a 64 GiB pool at 32768 digests
- * (256 KiB in the manifest) while a scattered change moves little more
- * than itself.
+ * or leaves to its parent, and the unit of zeros that neither an image nor
+ * a suspend moves. 256 KiB finds zero regions eight times smaller than
+ * 2 MiB did and keeps a 64 GiB pool at 262144 digests (2 MiB in the
+ * manifest; the kernel reads the pool at HBM speed whatever the block).
+ * An image made against a parent uses the parent's block instead.
  */
-export const DIGEST_BLOCK = 2 * 1024 * 1024;
+export const DIGEST_BLOCK = 256 * 1024;
 /** A longer chain of parents is refused (a loop, or a chain nobody should restore through). */
 export const MAX_CHAIN_LENGTH = 64;

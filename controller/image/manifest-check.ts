@@ -10,10 +10,12 @@
  * - each allocation lies inside its device's pool slice
  *   [base + device*sliceSize, base + (device+1)*sliceSize) and no two overlap;
  * - the frames of each allocation cover it exactly (no gap, no overlap), so
- *   restoring the frames restores every byte of every allocation, once;
- *   an image with a parent may leave gaps (those bytes come from the
- *   parent chain, checked when the chain is opened), never overlaps; a
- *   reader that does not know parents refuses such an image on its gaps;
+ *   restoring the frames restores every byte of every allocation, once,
+ *   but for two kinds of gap: blocks whose digest is 0 (all zeros: the
+ *   restore sets them to zero), and, in an image with a parent, any (those
+ *   bytes come from the parent chain, checked when the chain is opened);
+ *   never overlaps. A reader that does not know either refuses such an
+ *   image on its gaps;
  * - block digests, when present, have one 8-byte digest per block of each
  *   allocation;
  * - the frames are stored back to back in pool.zst from offset 0 to
@@ -37,7 +39,7 @@ import type {
   ParentRecord,
   PoolLayout,
 } from './manifest.js';
-import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK } from './format.js';
+import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION } from './format.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
 
@@ -67,7 +69,8 @@ export function hex(v: bigint): string {
 function checkShape(value: unknown): Manifest {
   const o = obj(value, 'manifest');
   if (o.format !== 'gpuckpt-image') fail(`format is ${show(o.format)}, expected 'gpuckpt-image'`);
-  if (o.version !== FORMAT_VERSION) fail(`payload version is ${show(o.version)}, expected ${FORMAT_VERSION}`);
+  if (typeof o.version !== 'number' || o.version < OLDEST_FORMAT_VERSION || o.version > FORMAT_VERSION)
+    fail(`payload version is ${show(o.version)}, expected ${OLDEST_FORMAT_VERSION}..${FORMAT_VERSION}`);
   if (o.kind !== 'gpu-only' && o.kind !== 'process') fail(`kind is ${show(o.kind)}, expected 'gpu-only' or 'process'`);
   const createdAt = str(o.createdAt, 'createdAt');
   if (Number.isNaN(Date.parse(createdAt))) fail(`createdAt ${show(createdAt)} is not a date`);
@@ -140,7 +143,7 @@ function checkShape(value: unknown): Manifest {
 
   const manifest: Manifest = {
     format: 'gpuckpt-image',
-    version: FORMAT_VERSION,
+    version: o.version,
     protocolVersion: int(o.protocolVersion, 'protocolVersion', 0),
     kind: o.kind as Manifest['kind'],
     createdAt,
@@ -171,7 +174,7 @@ function checkShape(value: unknown): Manifest {
 
   checkDevices(devices, pool);
   checkAllocations(allocations, pool);
-  checkFrames(frames, allocations, pool, data.storedBytes, manifest.parent !== undefined);
+  checkFrames(frames, allocations, pool, data.storedBytes, gapRule(manifest));
   checkTotals(manifest);
   return manifest;
 }
@@ -226,7 +229,24 @@ function checkBlocks(v: unknown, allocations: AllocationRecord[]): BlockDigests 
   };
 }
 
-function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], pool: PoolLayout, storedBytes: bigint, gapsAllowed: boolean): void {
+/** Whether allocation ai may be without a frame for [start, end): see the header comment. */
+type GapRule = (ai: number, start: bigint, end: bigint) => boolean;
+
+function gapRule(m: Manifest): GapRule {
+  if (m.parent) return () => true;
+  const blocks = m.blocks;
+  if (!blocks) return () => false;
+  const size = BigInt(blocks.size);
+  return (ai, start, end) => {
+    const a = m.allocations[ai]!;
+    const d = blocks.digests[ai]!;
+    const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
+    for (let k = (start - a.addr) / size; k * size < end - a.addr; k++) if (view.getBigUint64(Number(k) * 8, true) !== 0n) return false;
+    return true;
+  };
+}
+
+function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], pool: PoolLayout, storedBytes: bigint, gapOk: GapRule): void {
   const name = (i: number): string => {
     const f = frames[i]!;
     return `frame ${i} (device ${f.device}, ${hex(f.addr)}+${hex(BigInt(f.length))})`;
@@ -253,11 +273,11 @@ function checkFrames(frames: FrameRecord[], allocations: AllocationRecord[], poo
     for (const fi of list) {
       const f = frames[fi]!;
       if (f.addr < cursor) fail(`${name(fi)} overlaps another frame of allocation ${ai}`);
-      if (f.addr > cursor && !gapsAllowed) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(f.addr)})`);
-      cursor += BigInt(f.length);
+      if (f.addr > cursor && !gapOk(ai, cursor, f.addr)) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(f.addr)})`);
+      cursor = f.addr + BigInt(f.length); // past a gap too, so an overlap after it is still seen
     }
     const end = a.addr + a.size;
-    if (cursor !== end && !(gapsAllowed && cursor < end)) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(end)})`);
+    if (cursor !== end && !(cursor < end && gapOk(ai, cursor, end))) fail(`allocation ${ai} (device ${a.device}, ${hex(a.addr)}+${hex(a.size)}) has no data for [${hex(cursor)}, ${hex(end)})`);
   });
 
   // Where each frame's bytes are in pool.zst.

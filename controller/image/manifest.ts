@@ -27,6 +27,7 @@ import {
   MANIFEST_HEADER_LENGTH,
   MANIFEST_MAGIC,
   MAX_MANIFEST_PAYLOAD,
+  OLDEST_FORMAT_VERSION,
 } from './format.js';
 
 export {
@@ -115,7 +116,8 @@ export interface ParentRecord {
 
 export interface Manifest {
   format: 'gpuckpt-image';
-  version: typeof FORMAT_VERSION;
+  /** OLDEST_FORMAT_VERSION..FORMAT_VERSION; written as FORMAT_VERSION. */
+  version: number;
   protocolVersion: number;
   /** gpu-only: the pool alone; process: the pool plus a CRIU image in criu/. */
   kind: 'gpu-only' | 'process';
@@ -194,10 +196,10 @@ export function decodeManifest(buf: Uint8Array, pathForMessages: string): Manife
   }
   if (bytes.length >= 12) {
     const version = bytes.readUInt32LE(8);
-    if (version !== FORMAT_VERSION) {
+    if (version < OLDEST_FORMAT_VERSION || version > FORMAT_VERSION) {
       throw new GpuckptError(
         'IMAGE_VERSION',
-        `${what} has image format version ${version}; this gpuckpt reads version ${FORMAT_VERSION}`,
+        `${what} has image format version ${version}; this gpuckpt reads versions ${OLDEST_FORMAT_VERSION} to ${FORMAT_VERSION}`,
       );
     }
   }

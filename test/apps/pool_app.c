@@ -21,6 +21,8 @@
  *   rewritten    stop it; which rewrite the buffer holds, and whether whole
  *   fds-left N   open /dev/null until no fd is left, then close N of them:
  *                an application short of fds
+ *   zero N       the first N percent of every buffer set to zeros: what a
+ *                checkpoint or a suspend leaves on the GPU
  * Environment: APP_DEVICES=n buffers on n devices (default 1).
  */
 #define _GNU_SOURCE
@@ -130,6 +132,17 @@ static void fill_kernel(void **params)
         x ^= x << 17;
         p[i] = x;
     }
+}
+
+static void zero_kernel(void **params)
+{
+    memset((void *)(uintptr_t) * (CUdeviceptr *)params[0], 0, *(size_t *)params[1]);
+}
+
+static void launch_zero(CUdeviceptr ptr, size_t size)
+{
+    void *params[] = { &ptr, &size };
+    CHECK(cu.launch((CUfunction)(void *)zero_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel");
 }
 
 static void launch_fill(CUdeviceptr ptr, size_t size, uint64_t seed)
@@ -393,6 +406,14 @@ int main(void)
                     launch_fill(bufs[i].ptr, part, 0x7F4A7C159E3779B9ull * (uint64_t)(i + 1) + (uint64_t)generation);
             }
             print_buffers("touched");
+        } else if (sscanf(line, "zero %d", &n) == 1) {
+            for (int i = 0; i < nbufs; i++) {
+                use_device(bufs[i].device);
+                size_t part = bufs[i].size * (size_t)n / 100;
+                if (part)
+                    launch_zero(bufs[i].ptr, part);
+            }
+            print_buffers("zeroed");
         } else if (!strncmp(line, "info", 4)) {
             cmd_info();
         } else if (sscanf(line, "churn %d", &n) == 1) {

@@ -532,6 +532,49 @@ static void test_rollback_rules(void)
     close(watcher);
 }
 
+/* The digest of range's bytes as one block (0: all zeros), or UINT64_MAX - 1
+ * (even, so never a digest: those are 0 or odd) when refused. */
+static uint64_t digest_of(int fd, const struct gpck_copy_range *range)
+{
+    uint8_t buf[sizeof(struct gpck_digest_req) + sizeof(struct gpck_digest_range)];
+    struct gpck_digest_req *dr = (void *)buf;
+    *dr = (struct gpck_digest_req){ .device = range->device, .count = 1, .block_size = range->length };
+    dr->ranges[0] = (struct gpck_digest_range){ range->addr, range->length };
+    uint8_t rbuf[sizeof(struct gpck_digest_rep) + sizeof(uint64_t)];
+    send_msg(fd, GPCK_BLOCK_DIGEST, 9, buf, sizeof(buf));
+    if (recv_status(fd, rbuf, sizeof(rbuf)) != 0)
+        return UINT64_MAX - 1;
+    return ((struct gpck_digest_rep *)rbuf)->digests[0];
+}
+
+/* GPCK_COPY_ZEROS sets a copy in's ranges to zero on the GPU: a rollback's
+ * or a resume's alone, inside live allocations, reading no staging. */
+static void test_zero_fill(void)
+{
+    struct gpck_copy_range range;
+    int fd = rollback_client(0, 0, &range);
+    CHECK(copy_back(fd, &range, GPCK_COPY_ZEROS) == -EPERM); /* a plain pause may only read */
+    close(fd);
+    usleep(100000);
+
+    fd = rollback_client(GPCK_QUIESCE_ROLLBACK, 0, &range);
+    uint64_t before = digest_of(fd, &range);
+    CHECK(before != 0 && before != UINT64_MAX - 1); /* the application's data is not all zeros */
+    CHECK(copy_one(fd, GPCK_COPY_OUT, &range, GPCK_COPY_ZEROS) == -EINVAL); /* never a copy out */
+    struct gpck_copy_range bad = range;
+    bad.staging_offset = 4096;
+    CHECK(copy_back(fd, &bad, GPCK_COPY_ZEROS) == -EINVAL); /* reads no staging */
+    bad = (struct gpck_copy_range){ range.device, 0, 0x1000, 4096, 0 };
+    CHECK(copy_back(fd, &bad, GPCK_COPY_ZEROS) == -EFAULT); /* not pool memory */
+    CHECK(copy_back(fd, &range, GPCK_COPY_ZEROS) == 0);
+    CHECK(digest_of(fd, &range) == 0);
+    CHECK(copy_back(fd, &range, GPCK_COPY_COMPLETES) == 0); /* the saved bytes back */
+    CHECK(digest_of(fd, &range) == before);
+    send_msg(fd, GPCK_RESUME, 8, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    close(fd);
+}
+
 static int send_with_fds(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len, const int *fds,
                          uint32_t n)
 {
@@ -906,6 +949,7 @@ int main(int argc, char **argv)
     RUN(test_suspend_rules);
     RUN(test_disconnect_reopens_gate);
     RUN(test_rollback_rules);
+    RUN(test_zero_fill);
     RUN(test_given_staging);
     RUN(test_peer_hold);
     RUN(test_hello_works); /* still serving after all of it */

@@ -1,6 +1,7 @@
 /* The bounce ring (interpose/bounce.c) against the fake libcuda: bytes land
  * where they belong in both directions, across spans of odd lengths, empty
- * spans and spans longer than the ring; a failing DMA, a failing wait, a
+ * spans, spans longer than the ring and many short spans that share slots;
+ * a failing DMA, a failing wait, a
  * failing DMA back and a failing event record each end the copy with -EIO
  * instead of hanging. */
 #define _GNU_SOURCE
@@ -52,7 +53,7 @@ int gp_contexts_use_primary(int device, CUresult *cu_err)
 
 #define MIB (1ull << 20)
 /* Odd lengths, an empty span, and more than one ring's worth on a 2-core
- * machine (4 slots of 8 MiB): 7 pieces. */
+ * machine (4 slots of 8 MiB): 7 pieces (DMAs) in 5 slots (events). */
 static const uint64_t LENS[] = { 9 * MIB + 5, 0, 25 * MIB + 4095, 1 * MIB };
 enum { NSPANS = sizeof(LENS) / sizeof(LENS[0]) };
 
@@ -67,7 +68,8 @@ static void setup(void)
 {
     /* The fake reads this at its first call. Each DMA is called 7 times
      * by the first test, so the 9th is the second (and third) test's 2nd;
-     * each queued DMA is waited for once: 30 waits before the last test. */
+     * each queued slot is waited for once: 5 waits a whole copy, 22
+     * before the fourth test, and records as many. */
     setenv("FAKE_CUDA_FAIL", "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40,cuEventRecord:60", 1);
     static const struct { int idx; const char *name; } table[] = {
         { GP_IDX_cuEventCreate, "cuEventCreate" },
@@ -156,7 +158,7 @@ static void test_failing_dma_in_ends_the_copy(void)
 
 static void test_failing_wait_ends_the_copy(void)
 {
-    /* Event waits so far: 14 + 1 + 7 + 1 + 7; the 40th is in this test's second copy. */
+    /* Event waits so far: 10 + 1 + 5 + 1 + 5; the 40th is in this test's fourth copy. */
     int failed = 0;
     for (int i = 0; i < 4 && !failed; i++)
         failed = gp_bounce_copy(ring, i % 2 == 0, spans, NSPANS) == -EIO;
@@ -178,6 +180,58 @@ static void test_failing_event_record_ends_the_copy(void)
     ring = NULL;
 }
 
+/* A pool copied without its zero blocks: hundreds of short spans, with
+ * gaps between them on the device, packed several to a slot; the bytes of
+ * the gaps are never touched. */
+static void test_many_short_spans(void)
+{
+    enum { N = 300 };
+    static struct gp_bounce_span many[N];
+    const uint64_t gap = 256 * 1024;
+    uint64_t dev_off = 0, bytes = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t len = 512 * 1024 + (uint64_t)(i % 7) * 4097;
+        if (dev_off + len > total)
+            break;
+        many[i] = (struct gp_bounce_span){ .device = 0, .stream = stream, .dev = dev + dev_off, .len = len };
+        dev_off += len + gap;
+        bytes += len;
+    }
+    /* Host places run backwards. */
+    uint64_t host_off = bytes;
+    int n = 0;
+    for (; n < N && many[n].len; n++) {
+        host_off -= many[n].len;
+        many[n].host = host + host_off;
+    }
+    CHECK(gp_bounce_create(0, &ring) == 0);
+    device_holds(pattern);
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, many, (uint32_t)n) == 0);
+    bool out_ok = true;
+    for (int i = 0; i < n; i++)
+        out_ok &= memcmp(many[i].host, pattern + (many[i].dev - dev), many[i].len) == 0;
+    CHECK(out_ok);
+
+    uint8_t *back = malloc(total);
+    memset(back, 0xA5, total);
+    device_holds(back);
+    CHECK(gp_bounce_copy(ring, false, many, (uint32_t)n) == 0);
+    ((pfn_d2h)fn("cuMemcpyDtoH_v2"))(back, dev, total);
+    bool in_ok = true;
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        for (; at < many[i].dev - dev; at++) /* a gap: untouched */
+            in_ok &= back[at] == 0xA5;
+        in_ok &= memcmp(back + at, pattern + at, many[i].len) == 0;
+        at += many[i].len;
+    }
+    CHECK(in_ok);
+    free(back);
+    gp_bounce_destroy(ring);
+    ring = NULL;
+}
+
 int main(void)
 {
     setup();
@@ -186,5 +240,6 @@ int main(void)
     RUN(test_failing_dma_in_ends_the_copy);
     RUN(test_failing_wait_ends_the_copy);
     RUN(test_failing_event_record_ends_the_copy);
+    RUN(test_many_short_spans);
     return HARNESS_END();
 }

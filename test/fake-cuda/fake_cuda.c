@@ -117,6 +117,9 @@ static void load_config(void)
     const char *cb = getenv("FAKE_CUDA_CKPT_BLOCK");
     g_config.ckpt_block = cb && *cb && strcmp(cb, "0") != 0;
 
+    const char *dm = getenv("FAKE_CUDA_DIRTY_MEMORY");
+    g_config.dirty_memory = dm && *dm && strcmp(dm, "0") != 0;
+
     const char *cd = getenv("FAKE_CUDA_CKPT_DIR");
     int n;
     if (cd && *cd)

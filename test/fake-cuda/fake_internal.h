@@ -69,6 +69,7 @@ struct fake_config {
     int no_device;          /* FAKE_CUDA_NO_DEVICE=1 */
     unsigned sync_delay_ms; /* FAKE_CUDA_SYNC_DELAY_MS */
     int ckpt_block;         /* FAKE_CUDA_CKPT_BLOCK=1 */
+    int dirty_memory;       /* FAKE_CUDA_DIRTY_MEMORY=1: cuMemCreate's memory is not zeroed */
     char ckpt_dir[1024];    /* FAKE_CUDA_CKPT_DIR or /tmp/fake-cuda-ckpt-<uid>; "" when too long */
 };
 

@@ -272,6 +272,18 @@ FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 }
 FAKE_LOCAL_ALIAS(cuMemAddressFree)
 
+/* Fills new physical memory with a pattern: a real GPU does not promise
+ * zeros, so whatever must be zero afterwards has to be written. */
+static int make_dirty(int fd, size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    memset(p, 0xA5, size);
+    munmap(p, size);
+    return 0;
+}
+
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -293,7 +305,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     snprintf(name, sizeof(name), "%s%d", MEMFD_PREFIX, dev);
     struct vmm_handle *h = calloc(1, sizeof(*h));
     int fd = h ? memfd_create(name, MFD_CLOEXEC) : -1;
-    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || (fake_config()->dirty_memory && make_dirty(fd, size) != 0)) {
         if (fd >= 0)
             close(fd);
         free(h);

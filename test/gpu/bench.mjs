@@ -305,6 +305,7 @@ async function benchWorkload(h, runs, w) {
         add('gpu_only_durable_s', ck.seconds);
         add('gpu_only_image_bytes', du(snap));
         add('raw_bytes', ck.rawBytes);
+        add('zero_bytes', ck.zeroBytes);
         const rs = await h.cliJson(['restore', snap, '--into', String(pid), '--json'], 600_000);
         add('restore_into_s', rs.seconds);
         add('restore_into_pause_s', rs.pauseSeconds);
@@ -323,6 +324,7 @@ async function benchWorkload(h, runs, w) {
       add('resume_command_s', (performance.now() - r0) / 1000);
       await w.verify(p, ready, `${round}: after suspend + resume`);
       add('suspend_gpu_free_s', sus.gpuFreeSeconds);
+      add('suspend_zero_bytes', sus.zeroBytes);
       add('resume_s', res.seconds);
       for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
       for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);

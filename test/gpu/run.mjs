@@ -463,7 +463,7 @@ async function checkpoint(app, snap, bufs, ms) {
   if (typeof j.image !== 'string') throw failure(`${what}: no image path in the result`);
   if (j.pid !== app.pid) throw failure(`${what}: result names pid ${j.pid}`);
   if (j.allocations < bufs.length) throw failure(`${what}: ${j.allocations} allocations in the image, the program holds ${bufs.length} buffers`);
-  if (j.rawBytes < totalBytes(bufs)) throw failure(`${what}: rawBytes ${j.rawBytes} < ${totalBytes(bufs)} bytes of buffers`);
+  if (j.rawBytes + j.zeroBytes < totalBytes(bufs)) throw failure(`${what}: rawBytes ${j.rawBytes} + zeroBytes ${j.zeroBytes} < ${totalBytes(bufs)} bytes of buffers`);
   if (!fs.existsSync(snap)) throw failure(`${what}: exit 0 but ${snap} does not exist`);
   return j;
 }
@@ -1052,6 +1052,7 @@ async function suspendScenario(name, prog, args, gpus, cycles = 2) {
     runs.gpu_free_s.push(sus.gpuFreeSeconds);
     runs.pool_released_s.push(sus.poolReleasedSeconds);
     runs.suspend_copy_GBps.push(sus.copyGBps);
+    (runs.zero_GiB ??= []).push(sus.zeroBytes / 2 ** 30);
     runs.resume_s.push(res.seconds);
     runs.resume_driver_s.push(res.driverRestoreSeconds);
     runs.resume_copy_GBps.push(res.copyGBps);
@@ -1078,8 +1079,9 @@ async function suspendScenario(name, prog, args, gpus, cycles = 2) {
   }
   const m = { cycles };
   for (const [k, v] of Object.entries(runs)) if (v.length) m[k] = median(v);
+  if (prog === 'pool_fill' && !(m.zero_GiB > 0)) throw failure('the suspend left none of pool_fill\'s zero regions on the GPU');
   if (cycles > 1) m.all_suspend_s = runs.suspend_s.join(',');
-  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}; its driver keeper held none and was gone after the resume), resume restored the data bit for bit${cycles > 1 ? ` (${cycles} cycles, the later ones into the host memory the first kept)` : ''}`;
+  let detail = `suspend freed the GPU (nvidia-smi: no memory for pid ${app.pid}; its driver keeper held none and was gone after the resume), resume restored the data bit for bit (${fmt(m.zero_GiB)} GiB of all-zero blocks left on the GPU and zeroed again)${cycles > 1 ? ` (${cycles} cycles, the later ones into the host memory the first kept)` : ''}`;
   if (runs.migrate_downtime_s.length)
     detail += `; migrate to GPU 1 (${runs.migrate_route[0]}) and back through host memory kept the data (median downtime ${fmt(m.migrate_downtime_s)} s / ${fmt(m.migrate_back_downtime_s)} s)`;
   // The program still computes after all of it.
@@ -1368,6 +1370,8 @@ async function main() {
   });
 
   await test('suspend', needCli(() => withImages('suspend', () => suspendScenario('suspend', 'static_cudart', [], gpus))));
+  // pool_fill's mixed content: a third of it all-zero 256 KiB regions, which stay on the GPU.
+  await test('suspend/zeros', needCli(() => suspendScenario('suspend/zeros', 'pool_fill', ['1'], gpus, 1)));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
   await test('process/failures', needCli(() => processFailuresScenario('process/failures')));
   await test('process/terminal', needCli(() => terminalScenario('process/terminal')));
