@@ -6,7 +6,7 @@ import type { RollbackSummary } from '../controller/rollback.js';
 import type { MigrateSummary, ResumeSummary, SuspendSummary } from '../controller/suspend.js';
 import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/process-image.js';
 import { formatBytes, hex } from '../controller/units.js';
-import { zeroBlocks } from '../controller/image/chain.js';
+import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
  * strings, other BigInts as numbers (sizes stay far below 2^53). */
@@ -90,7 +90,7 @@ export function printInspect(r: InspectReport): void {
   for (const a of m.allocations) console.log(`  device ${a.device}  ${hex(a.addr)}  ${formatBytes(a.size)}`);
   console.log(`data         ${formatBytes(m.data.rawBytes)} stored as ${formatBytes(m.data.storedBytes)} in ${m.data.frames.length} frames${m.parent ? ' (the blocks changed since its parent)' : ''}`);
   if (m.blocks) {
-    const zero = zeroBlocks(m.allocations, m.blocks.digests, m.blocks.size).bytes;
+    const zero = bytesOf(zeroRanges(m.allocations, m.blocks.digests, m.blocks.size));
     console.log(`digests      ${m.blocks.digests.reduce((n, d) => n + d.length / 8, 0)} blocks of ${formatBytes(BigInt(m.blocks.size))}: can be a parent (checkpoint --parent); ${formatBytes(zero)} all zeros`);
   }
   if (m.parent) console.log(`parent       ${m.parent.path}`);

@@ -14,7 +14,7 @@ import { Limiter } from './limiter.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
 import { LiveCopy, liveStagingBytes, type LivePlan, type LiveStats } from './live-copy.js';
-import { bytesOf, digestsByBlock, manifestSha256, openChain, refuseReplacingChain, samePool, storedRanges, zeroBlocks, type DigestsByBlock, type ZeroBlocks } from './image/chain.js';
+import { bytesOf, digestsByBlock, manifestSha256, openChain, planBlocks, refuseReplacingChain, samePool, type DigestsByBlock, type ZeroBlocks } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
 import { commandLine } from './processes.js';
@@ -328,10 +328,11 @@ async function copyAndCompress(
     digests = kernelLoaded ? await digestAllocations(session, allocations, blockSize) : undefined;
     digestSeconds = (performance.now() - d0) / 1000;
     if ((parent || live) && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no ${live ? 'live' : 'incremental'} image can be made`);
-    // All-zero blocks stay on the GPU: the image records them by their digest.
-    if (digests) zeros = zeroBlocks(allocations, digests, blockSize, MIN_SKIPPED_ZERO_RUN);
+    // All-zero runs stay on the GPU: the image records them by their digest.
+    const plan = digests ? planBlocks(allocations, digests, blockSize, parent?.digests, MIN_SKIPPED_ZERO_RUN) : undefined;
+    if (plan) zeros = plan.zeros;
     if (live) await copyChanged(live.finish(allocations, digests!, parent?.digests));
-    else await copyPacked(splitIntoPieces(digests ? storedRanges(allocations, digests, blockSize, parent?.digests, MIN_SKIPPED_ZERO_RUN) : allocations));
+    else await copyPacked(splitIntoPieces(plan?.stored ?? allocations));
     // Everything is in staging: the application may run again (or, for a
     // suspend, the GPU memory can go).
     holding = false;

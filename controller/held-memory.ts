@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { digestAllocations } from './block-digests.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
-import { bytesOf, storedRanges, zeroBlocks, type ZeroBlocks } from './image/chain.js';
+import { bytesOf, planBlocks } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import type { AllocationRecord } from './image/index.js';
 import type { PhaseClock } from './phase-clock.js';
@@ -35,7 +35,7 @@ export interface HeldLayout {
   rawBytes: number;
   /** Bytes in the held memory (the groups'): rawBytes less the zero blocks. */
   heldBytes: number;
-  /** Set to zero on the GPU before the groups go back (zeroBlocks in image/chain.ts). */
+  /** Set to zero on the GPU before the groups go back (ZeroBlocks in image/chain.ts). */
   zeroFills: AllocationRecord[];
   /** The GPUs of the process's ordinals when it was suspended. */
   devices: string[];
@@ -84,8 +84,8 @@ export async function stagePool(
     const allocations = await session.listAllocations();
     clock?.mark('quiesce');
     const digests = opts.digests ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
-    const zeros: ZeroBlocks = digests ? zeroBlocks(allocations, digests, DIGEST_BLOCK) : { bytes: 0, fills: [] };
-    const pieces = splitIntoPieces(digests ? storedRanges(allocations, digests, DIGEST_BLOCK) : allocations);
+    const plan = digests ? planBlocks(allocations, digests, DIGEST_BLOCK) : { stored: allocations, zeros: { bytes: 0, fills: [] } };
+    const pieces = splitIntoPieces(plan.stored);
     if (digests) clock?.mark('digest');
     if (packedBytes(pieces) > staging.size) {
       // The application allocated more since the status: take the slow path.
@@ -100,7 +100,7 @@ export async function stagePool(
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
     const heldBytes = pieces.reduce((s, p) => s + p.length, 0);
-    return { layout: { rawBytes: bytesOf(allocations), heldBytes, zeroFills: zeros.fills, devices, groups }, copySeconds };
+    return { layout: { rawBytes: bytesOf(allocations), heldBytes, zeroFills: plan.zeros.fills, devices, groups }, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
     throw e; // the shim drops the staging as the session closes

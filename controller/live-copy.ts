@@ -21,7 +21,7 @@
 import { GpuckptError } from './errors.js';
 import type { CodecPool } from './codec-pool.js';
 import type { Placed } from './held-memory.js';
-import { storedRanges, type DigestsByBlock } from './image/chain.js';
+import { planBlocks, type DigestsByBlock } from './image/chain.js';
 import type { AllocationRecord } from './image/index.js';
 import type { Progress } from './progress.js';
 import type { ShimSession, StagingMemory } from './session.js';
@@ -146,7 +146,7 @@ export class LiveCopy {
     allocations.forEach((a, i) => {
       const slot = this.slotOf(a)!; // placed by changedSince, or it threw
       whole.push({ device: a.device, addr: a.addr, length: Number(a.size), stagingOffset: slot.offset });
-      const stored = storedRanges([a], [digests[i]!], this.blockSize, parent, MIN_SKIPPED_ZERO_RUN);
+      const { stored } = planBlocks([a], [digests[i]!], this.blockSize, parent, MIN_SKIPPED_ZERO_RUN);
       for (const piece of splitIntoPieces(stored)) frames.push({ piece, offset: slot.offset + Number(piece.addr - a.addr) });
     });
     return { copies: requests(runs.map(strip)), groups: requests(whole), frames };

@@ -19,6 +19,14 @@ const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args
 const psRow = (pid: number) => json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
 const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveLength(1);
 
+/** A checkpoint that failed after the pause: nothing at out, no working directory left, the process running with its data. */
+async function expectNoImageStillRunning(app: Awaited<ReturnType<typeof start>>['app'], ready: Awaited<ReturnType<typeof start>>['ready'], out: string): Promise<void> {
+  expect(existsSync(out)).toBe(false);
+  expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+  expect(psRow(app.pid).poolState).toBe('active');
+  expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+}
+
 describe('whole-process checkpoint', () => {
   it('refuses a CRIU older than 4.0 before touching the process', async () => {
     const { app, ready } = await start();
@@ -37,10 +45,7 @@ describe('whole-process checkpoint', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`^gpuckpt: criu dump of process ${app.pid} failed: .*injected dump failure.*; process ${app.pid} resumed`));
     oneLine(r.stderr);
-    expect(existsSync(out)).toBe(false);
-    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
-    expect(psRow(app.pid).poolState).toBe('active');
-    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    await expectNoImageStillRunning(app, ready, out);
   });
 
   it('--leave-running: a complete image, and the process carries on with its data', async () => {
@@ -82,10 +87,7 @@ describe('whole-process checkpoint', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`^gpuckpt: cannot make CRIU's files durable: injected fault at criu-sync .*; process ${app.pid} runs on; no image written`));
     oneLine(r.stderr);
-    expect(existsSync(out)).toBe(false);
-    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
-    expect(psRow(app.pid).poolState).toBe('active');
-    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    await expectNoImageStillRunning(app, ready, out);
   });
 
   it('CRIU files that cannot be made durable after CRIU ended the process: the image is kept, owned by the process, and named', async () => {

@@ -174,9 +174,7 @@ export function planChain(chain: ImageReader[]): ChainPlan {
     missing.forEach((m, i) => {
       const zeroed: ChainSource['parts'] = [];
       for (const z of zeroRanges([m.a], [newest.blocks!.digests[i]!], newest.blocks!.size)) m.gaps = take(m.gaps, z.addr, z.addr + z.size, zeroed);
-      const first = zeroed[0];
-      const last = zeroed[zeroed.length - 1];
-      if (first && last) zeroFills.push({ device: m.a.device, addr: first.addr, size: last.addr + BigInt(last.length) - first.addr });
+      zeroFills.push(...cover(zeroed.map((p) => ({ device: m.a.device, addr: p.addr, size: BigInt(p.length) }))));
     });
   }
 }
@@ -257,57 +255,53 @@ export function digestsByBlock(m: Manifest): DigestsByBlock | undefined {
   return out;
 }
 
-/**
- * The ranges of allocs to copy and store: every block but those of
- * all-zero runs of at least minZeroRun bytes (the restore sets those to
- * zero) and, against a parent, only blocks whose digest, at the same
- * address and of the same length, the parent does not have. Consecutive
- * such blocks of one allocation make one range.
- */
-export function storedRanges(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, parent?: DigestsByBlock, minZeroRun = 0): AllocationRecord[] {
-  return allocs.flatMap((a, i) => {
-    const skipped = skippedZeros(a, digests[i]!, blockSize, minZeroRun);
-    let z = 0;
-    return runsOf([a], [digests[i]!], blockSize, (_, b) => {
-      while (z < skipped.length && skipped[z]!.addr + skipped[z]!.size <= b.addr) z++;
-      if (z < skipped.length && skipped[z]!.addr <= b.addr) return false;
-      const had = parent?.get(`${a.device}:${b.addr}`);
-      return !(had && had.length === b.length && had.digest === b.digest);
-    });
-  });
-}
-
-/** Allocation a's all-zero runs of at least minZeroRun bytes: what is left out. */
-function skippedZeros(a: AllocationRecord, digests: Uint8Array, blockSize: number, minZeroRun: number): AllocationRecord[] {
-  return zeroRanges([a], [digests], blockSize).filter((z) => z.size >= BigInt(minZeroRun));
-}
-
 /** The all-zero blocks of allocs (digest 0), consecutive ones of an allocation as one range. */
 export function zeroRanges(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number): AllocationRecord[] {
   return runsOf(allocs, digests, blockSize, (_, b) => b.digest === 0n);
 }
 
 /**
- * The all-zero blocks of allocations, and what a restore sets to zero for
- * them: one range per allocation, from its first zero block to the end of
- * its last, zeroed in one call before the data is copied over the rest. A
- * pool whose zeros alternate with data (the benchmark's: 256 KiB regions)
- * would otherwise take a call per block (16 GiB: 21845 launches, ~45 ms),
- * where zeroing a few GiB more at HBM speed takes milliseconds.
+ * The all-zero blocks left out of a copy, and what a restore sets to zero
+ * for them: one range per allocation, from its first such block to the
+ * end of its last, zeroed in one call before the data is copied over the
+ * rest. A pool whose zeros alternate with data (the benchmark's: 256 KiB
+ * regions) would otherwise take a call per block (16 GiB: 21845 launches,
+ * ~45 ms), where zeroing a few GiB more at HBM speed takes milliseconds.
  */
 export interface ZeroBlocks {
   bytes: number;
   fills: AllocationRecord[];
 }
 
-export function zeroBlocks(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, minZeroRun = 0): ZeroBlocks {
-  let bytes = 0;
-  const fills = allocs.flatMap((a, i) => {
-    const z = skippedZeros(a, digests[i]!, blockSize, minZeroRun);
-    bytes += bytesOf(z);
-    return cover(z);
+/** What a copy of allocs moves (stored) and what it leaves on the GPU as zeros. */
+export interface BlockPlan {
+  stored: AllocationRecord[];
+  zeros: ZeroBlocks;
+}
+
+/**
+ * From the digests (blocks of blockSize), in one pass per allocation: the
+ * ranges to copy and store, every block but those of all-zero runs of at
+ * least minZeroRun bytes (the zeros) and, against a parent, only blocks
+ * whose digest, at the same address and of the same length, the parent
+ * does not have. Consecutive such blocks of one allocation make one range.
+ */
+export function planBlocks(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, parent?: DigestsByBlock, minZeroRun = 0): BlockPlan {
+  const plan: BlockPlan = { stored: [], zeros: { bytes: 0, fills: [] } };
+  allocs.forEach((a, i) => {
+    const skipped = zeroRanges([a], [digests[i]!], blockSize).filter((z) => z.size >= BigInt(minZeroRun));
+    plan.zeros.bytes += bytesOf(skipped);
+    plan.zeros.fills.push(...cover(skipped));
+    let z = 0;
+    const stored = runsOf([a], [digests[i]!], blockSize, (_, b) => {
+      while (z < skipped.length && skipped[z]!.addr + skipped[z]!.size <= b.addr) z++;
+      if (z < skipped.length && skipped[z]!.addr <= b.addr) return false;
+      const had = parent?.get(`${a.device}:${b.addr}`);
+      return !(had && had.length === b.length && had.digest === b.digest);
+    });
+    plan.stored.push(...stored);
   });
-  return { bytes, fills };
+  return plan;
 }
 
 /** The one range from the first of ranges (sorted, of one allocation) to the end of the last; none for none. */
