@@ -18,7 +18,7 @@ import { DIGEST_BLOCK } from './image/format.js';
 import type { AllocationRecord } from './image/index.js';
 import type { PhaseClock } from './phase-clock.js';
 import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
-import { packAll, packedBytes, splitIntoPieces, stagingForStatus } from './staging-plan.js';
+import { alignUp, MAX_RANGES_PER_COPY, stagingForStatus } from './staging-plan.js';
 import type { StatusReply } from '../native/index.js';
 
 const LAYOUT_FILE = 'held-layout.json';
@@ -85,26 +85,52 @@ export async function stagePool(
     clock?.mark('quiesce');
     const digests = opts.digests ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
     const plan = digests ? planBlocks(allocations, digests, DIGEST_BLOCK) : { stored: allocations, zeros: { bytes: 0, fills: [] } };
-    const pieces = splitIntoPieces(plan.stored);
+    const placed = placeHeld(plan.stored);
     if (digests) clock?.mark('digest');
-    if (packedBytes(pieces) > staging.size) {
+    if (placed.end > staging.size) {
       // The application allocated more since the status: take the slow path.
       await session.resume();
       paused = false;
       await session.unmapStaging();
       return undefined;
     }
-    const groups = packAll(pieces).map((g) => g.map(({ item: p, offset }) => ({ device: p.device, addr: p.addr, length: p.length, stagingOffset: offset })));
+    const { groups, bytes: heldBytes } = placed;
     const c0 = performance.now();
     for (const g of groups) await session.copyOut(g);
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
-    const heldBytes = pieces.reduce((s, p) => s + p.length, 0);
     return { layout: { rawBytes: bytesOf(allocations), heldBytes, zeroFills: plan.zeros.fills, devices, groups }, copySeconds };
   } catch (e) {
     if (paused) await session.resume().catch(() => undefined);
     throw e; // the shim drops the staging as the session closes
   }
+}
+
+/**
+ * The ranges end to end in the held memory (each 4 KiB aligned), a copy
+ * request's worth per group; end: the held memory they take, bytes: their
+ * data. One object per range, planned inside the pause: a pool cut by its
+ * zero blocks is tens of thousands of ranges, and each object more per
+ * range cost the pause milliseconds of garbage collection. Unlike an
+ * image's frames, a held range is never cut.
+ */
+export function placeHeld(ranges: AllocationRecord[]): { groups: Placed[][]; end: number; bytes: number } {
+  const groups: Placed[][] = [];
+  let group: Placed[] = [];
+  let end = 0;
+  let bytes = 0;
+  for (const r of ranges) {
+    if (group.length === MAX_RANGES_PER_COPY) {
+      groups.push(group);
+      group = [];
+    }
+    const length = Number(r.size);
+    group.push({ device: r.device, addr: r.addr, length, stagingOffset: end });
+    end = alignUp(end + length);
+    bytes += length;
+  }
+  if (group.length) groups.push(group);
+  return { groups, end, bytes };
 }
 
 /** Zeros, then DMA of the held data back into the (remapped) pool; the caller holds the process.

@@ -20,7 +20,7 @@ export const FRAME_BYTES = 16 * 1024 * 1024;
  */
 export const MIN_SKIPPED_ZERO_RUN = 2 * 1024 * 1024;
 /** Ranges per copy request (GPCK_MAX_COPY_RANGES in the protocol header). */
-export const MAX_RANGES_PER_COPY = 2048;
+export const MAX_RANGES_PER_COPY = 4000;
 const ALIGN = 4096;
 
 export interface Piece {
@@ -33,6 +33,12 @@ export function splitIntoPieces(allocs: { device: number; addr: bigint; size: bi
   const pieces: Piece[] = [];
   const frame = BigInt(FRAME_BYTES);
   for (const a of allocs) {
+    // Most ranges are one piece (a pool cut by its zero blocks is tens of
+    // thousands of short ones, planned inside the pause): no BigInt loop.
+    if (a.size <= frame) {
+      pieces.push({ device: a.device, addr: a.addr, length: Number(a.size) });
+      continue;
+    }
     for (let off = 0n; off < a.size; off += frame) {
       const left = a.size - off;
       pieces.push({ device: a.device, addr: a.addr + off, length: Number(left < frame ? left : frame) });
@@ -130,11 +136,17 @@ export function batches<T extends { length: number }>(items: T[], stagingSize: n
 
 /** Every item in staging at once: batches at disjoint offsets, packed one after the other. */
 export function packAll<T extends { length: number }>(items: T[]): { item: T; offset: number }[][] {
-  let base = 0;
-  return batches(items, Number.MAX_SAFE_INTEGER).map((g) => {
-    const placed = g.map((p) => ({ item: p.item, offset: base + p.offset }));
-    const last = g[g.length - 1]!;
-    base += alignUp(last.offset + last.item.length);
-    return placed;
-  });
+  const out: { item: T; offset: number }[][] = [];
+  let cur: { item: T; offset: number }[] = [];
+  let offset = 0;
+  for (const item of items) {
+    if (cur.length === MAX_RANGES_PER_COPY) {
+      out.push(cur);
+      cur = [];
+    }
+    cur.push({ item, offset });
+    offset = alignUp(offset + item.length);
+  }
+  if (cur.length) out.push(cur);
+  return out;
 }

@@ -121,6 +121,9 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     const status = await session.status();
     if (status.poolState === PoolState.SUSPENDED)
       throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} is already suspended (its pool is held at ${status.heldImage})`);
+    // Asked first: the shim answers requests in order, and this one would
+    // otherwise wait behind the pinning of its bounce ring below.
+    const devices = await session.devices();
     // Held in host memory: the shim makes the staging while the checks run
     // (a refusal below drops it with the session; nothing has moved).
     const early = opts.to || opts.onto ? undefined : mapHeldStaging(session, status, opts.stagingLimit);
@@ -130,7 +133,6 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     const kernel = early && session.poolActive ? loadDigestKernels(session, status) : Promise.resolve(false);
     kernel.catch(() => undefined);
     await driverState(pid); // a driver without the checkpoint API is refused before anything moves
-    const devices = await session.devices();
     const uuids = devices.map((d) => d.uuid);
     const needs = measureGpuNeeds(pid, devices, status);
     const pairs = opts.onto ? gpuPairs(uuids, opts.onto) : undefined;

@@ -536,7 +536,7 @@ static int fill_zeros(const struct gpck_copy_req *req)
  * start, nothing was copied. */
 static int copy_bounced(struct gp_client *c, bool to_host, const struct gpck_copy_req *req)
 {
-    static struct gp_bounce_span spans[GPCK_MAX_COPY_RANGES]; /* 80 KiB: off the stack; the control thread's alone */
+    static struct gp_bounce_span spans[GPCK_MAX_COPY_RANGES]; /* 160 KiB: off the stack; the control thread's alone */
     for (uint32_t i = 0; i < req->count; i++) {
         const struct gpck_copy_range *r = &req->ranges[i];
         int err = copy_stream((int)r->device, &spans[i].stream);
@@ -580,6 +580,8 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     uint64_t t0 = gp_now_ns(), bytes = 0;
     for (uint32_t i = 0; i < req->count; i++)
         bytes += req->ranges[i].length;
+    if (!zeros)
+        gp_staging_copy_starts(&c->staging); /* its workers need the cores */
     err = zeros ? fill_zeros(req) : c->staging.bounce ? copy_bounced(c, to_host, req) : -EAGAIN;
     if (err == -EAGAIN)
         err = copy_direct(c, to_host, req);

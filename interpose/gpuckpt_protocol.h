@@ -17,12 +17,12 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 10u
+#define GPCK_PROTOCOL_VERSION 11u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
 #define GPCK_MAX_MESSAGE (128u * 1024u)
-#define GPCK_MAX_COPY_RANGES 2048u /* 64 KiB of ranges: a pool without its zero blocks is many */
+#define GPCK_MAX_COPY_RANGES 4000u /* 125 KiB of ranges: a pool without its zero blocks is many */
 #define GPCK_MAX_LIST_ENTRIES 4096u
 #define GPCK_NAME_LEN 256u
 #define GPCK_PATH_LEN 1024u
@@ -287,16 +287,19 @@ struct gpck_digest_rep {
     uint64_t digests[];
 };
 
-/* A full digest reply fits in one message (with the header). */
+/* A full digest reply, and a full copy request, fit in one message (with the header). */
 #ifdef __cplusplus
-static_assert(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <=
-                  GPCK_MAX_MESSAGE,
-              "GPCK_MAX_DIGESTS does not fit a message");
+#define GPCK_FITS_A_MESSAGE static_assert
 #else
-_Static_assert(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <=
-                   GPCK_MAX_MESSAGE,
-               "GPCK_MAX_DIGESTS does not fit a message");
+#define GPCK_FITS_A_MESSAGE _Static_assert
 #endif
+GPCK_FITS_A_MESSAGE(sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <=
+                        GPCK_MAX_MESSAGE,
+                    "GPCK_MAX_DIGESTS does not fit a message");
+GPCK_FITS_A_MESSAGE(sizeof(struct gpck_header) + sizeof(struct gpck_copy_req) +
+                            GPCK_MAX_COPY_RANGES * sizeof(struct gpck_copy_range) <=
+                        GPCK_MAX_MESSAGE,
+                    "GPCK_MAX_COPY_RANGES does not fit a message");
 
 /* Live window (checkpoint --live): while the sender's window is open,
  * COPY_OUT and BLOCK_DIGEST need no gate. Their ranges then need only lie

@@ -34,11 +34,12 @@ static void *detach_spare(uint64_t *size, bool keep_after)
     return base;
 }
 
-void *gp_spare_take(uint64_t size, uint64_t *mapped)
+void *gp_spare_take(uint64_t size, uint64_t *mapped, bool *fresh)
 {
     uint64_t old_size;
     void *old = detach_spare(&old_size, true);
-    if (old && old_size >= size) {
+    *fresh = !old || old_size < size;
+    if (!*fresh) {
         GP_INFO("staging", "reusing %llu MiB of host memory kept from the last suspend", (unsigned long long)(old_size >> 20));
         *mapped = old_size;
         return old;

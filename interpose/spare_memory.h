@@ -16,12 +16,13 @@
 #ifndef GPUCKPT_SPARE_MEMORY_H
 #define GPUCKPT_SPARE_MEMORY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Private anonymous memory of at least size bytes: the spare when it is
- * large enough, else a fresh mapping (huge pages advised). *mapped: the
- * bytes mapped at the result. NULL with errno set on failure. */
-void *gp_spare_take(uint64_t size, uint64_t *mapped);
+ * large enough, else a fresh mapping (huge pages advised; *fresh set).
+ * *mapped: the bytes mapped at the result. NULL with errno set on failure. */
+void *gp_spare_take(uint64_t size, uint64_t *mapped, bool *fresh);
 /* Memory from gp_spare_take that is no longer needed: kept as the spare
  * (an older spare is unmapped), or unmapped when over GPUCKPT_HOST_RETAIN
  * or given after a drop and before the next take. */

@@ -14,6 +14,7 @@
 #include "contexts.h"
 #include "detached.h"
 #include "log.h"
+#include "prefault.h"
 #include "real_driver.h"
 #include "shim.h"
 #include "spare_memory.h"
@@ -202,6 +203,15 @@ static void prep_finish(struct gp_staging *s)
     s->prep = NULL;
 }
 
+/* A quarter of the cores: the checks, the quiesce and the digests run
+ * meanwhile, and with every core but one faulting in (16 GiB pool, 32
+ * cores, H200 host) the digests behind them took 0.068 s instead of 0.034. */
+static int prefault_threads(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus >= 8 ? (int)(cpus / 4) : 1;
+}
+
 /* The bounce ring, or where it cannot be had, the pinning preparation. */
 static int bounce_or_prep(struct gp_staging *s, int device, bool fault)
 {
@@ -297,9 +307,10 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
     if (err)
         return err;
     size = (size + PAGE - 1) / PAGE * PAGE;
+    bool fresh = false;
     if (private_memory) {
         uint64_t mapped;
-        void *p = gp_spare_take(size, &mapped);
+        void *p = gp_spare_take(size, &mapped, &fresh);
         if (!p)
             return -errno;
         *out = (struct gp_staging){ .base = p, .size = mapped, .anon = true };
@@ -321,7 +332,15 @@ int gp_staging_create(uint64_t size, bool private_memory, int device, struct gp_
     err = private_memory ? bounce_or_prep(out, device, true) : prep_start(out, device, true);
     if (err)
         gp_staging_destroy(out);
+    else if (fresh && out->bounce)
+        out->prefault = gp_prefault_start(out->base, out->size, prefault_threads());
     return err;
+}
+
+void gp_staging_copy_starts(struct gp_staging *s)
+{
+    gp_prefault_end(s->prefault, false);
+    s->prefault = NULL;
 }
 
 /* Each given file is a regular file that cannot shrink under the mapping
@@ -381,6 +400,7 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     gp_held_drop(held);
     if (!s->base)
         return;
+    gp_staging_copy_starts(s); /* none may fault it in once it is held */
     prep_finish(s);
     gp_bounce_destroy(s->bounce);
     gp_staging_close_files(s);
@@ -408,6 +428,7 @@ void gp_staging_destroy(struct gp_staging *s)
 {
     if (!s->base)
         return;
+    gp_prefault_end(s->prefault, false); /* before the memory goes */
     prep_finish(s);
     gp_bounce_destroy(s->bounce);
     if (!s->borrowed)

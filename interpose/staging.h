@@ -39,6 +39,7 @@ struct gp_staging {
     bool anon;                 /* private memory from spare_memory.h, given back there */
     struct gp_staging_prep *prep;
     struct gp_bounce *bounce;  /* set: copies go through it, nothing of base is pinned */
+    struct gp_prefault *prefault; /* fresh private memory faulted in until the first copy (prefault.h) */
 };
 
 /* Staging memory a suspend keeps, mapped but unpinned, so the data
@@ -68,6 +69,8 @@ int gp_staging_take(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_
                     struct gp_staging *out);
 /* The held memory again, with a bounce ring, for copies back; -ENOENT if none. */
 int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out);
+/* A copy is about to use s: what is faulting it in ahead stops. */
+void gp_staging_copy_starts(struct gp_staging *s);
 /* Waits until [offset, offset+length) is faulted in and pinned (or its
  * pinning failed), and returns where the next piece boundary after offset
  * lies: one DMA must not span two registrations. */

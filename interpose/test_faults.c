@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_api.h" /* before pool.h: see cuda_api.h */
+#include "../pool/pool.h"
 #include "log.h"
 #include "real_driver.h"
 
 /* The entry points the shim calls while serving the controller: the
- * quiesce (context and stream synchronise), the copies out and in, the
- * pool's release and remapping, and a migrate's peer hold (imports). */
+ * quiesce (context and stream synchronise), the copies out and in (and
+ * their batches, below), the pool's release and remapping, and a
+ * migrate's peer hold (imports). */
 #define GP_FAULTABLE(X)                                                                                              \
     X(cuCtxSynchronize, (void), ())                                                                                  \
     X(cuStreamSynchronize, (CUstream s), (s))                                                                        \
@@ -54,6 +57,22 @@ static bool due(int idx, const char *name)
     }
 GP_FAULTABLE(GP_STAND_IN)
 
+/* The bounce ring's batches (one per slot, where the driver has them)
+ * count as DMAs of their direction as well as batches: "the nth DMA into
+ * the pool" means the same whether the driver batches or not. */
+static CUresult fault_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                            CUmemcpyAttributes *attrs, size_t *attrs_idxs, size_t num_attrs,
+                                            CUstream s)
+{
+    bool into_pool = count && gp_pool_contains(dsts[0]);
+    int dma = into_pool ? GP_IDX_cuMemcpyHtoDAsync_v2 : GP_IDX_cuMemcpyDtoHAsync_v2;
+    bool fail = due(GP_IDX_cuMemcpyBatchAsync_v2, "cuMemcpyBatchAsync_v2");
+    fail |= due(dma, into_pool ? "cuMemcpyHtoDAsync_v2 (a batch)" : "cuMemcpyDtoHAsync_v2 (a batch)");
+    return fail ? CUDA_ERROR_UNKNOWN
+                : ((gp_pfn_cuMemcpyBatchAsync_v2)real_of[GP_IDX_cuMemcpyBatchAsync_v2])(
+                      dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+}
+
 static const struct stand_in {
     const char *name;
     int idx;
@@ -61,7 +80,17 @@ static const struct stand_in {
 } stand_ins[] = {
 #define GP_STAND_IN_ROW(name, params, args) { #name, GP_IDX_##name, (void *)(gp_pfn_##name)fault_##name },
     GP_FAULTABLE(GP_STAND_IN_ROW)
+    GP_STAND_IN_ROW(cuMemcpyBatchAsync_v2, , )
 };
+
+/* Puts the stand-in of row s in place of the real entry point (once). */
+static void stand_in_for(const struct stand_in *s)
+{
+    if (gp_real[s->idx] && !real_of[s->idx]) {
+        real_of[s->idx] = gp_real[s->idx];
+        gp_real[s->idx] = s->fn;
+    }
+}
 
 /* 0, -EINVAL (not fn:n), -ENOENT (not an entry point the shim calls for
  * the controller). */
@@ -78,10 +107,10 @@ static int arm(const char *entry)
             continue;
         if (!gp_real[s->idx])
             return -ENOENT;
-        if (!real_of[s->idx]) {
-            real_of[s->idx] = gp_real[s->idx];
-            gp_real[s->idx] = s->fn;
-        }
+        stand_in_for(s);
+        /* A DMA's count goes on in the batches too. */
+        if (s->idx == GP_IDX_cuMemcpyHtoDAsync_v2 || s->idx == GP_IDX_cuMemcpyDtoHAsync_v2)
+            stand_in_for(&stand_ins[sizeof(stand_ins) / sizeof(stand_ins[0]) - 1]);
         atomic_store(&fail_at[s->idx], nth);
         return 0;
     }

@@ -1,9 +1,10 @@
 /* The bounce ring (interpose/bounce.c) against the fake libcuda: bytes land
  * where they belong in both directions, across spans of odd lengths, empty
- * spans, spans longer than the ring and many short spans that share slots;
- * a failing DMA, a failing wait, a
- * failing DMA back and a failing event record each end the copy with -EIO
- * instead of hanging. */
+ * spans, spans longer than the ring and many short spans that share slots,
+ * with a call per span (a driver without batch copies) and a batch per
+ * slot; a failing DMA, a failing wait, a failing DMA back, a failing event
+ * record and a failing batch each end the copy with -EIO instead of
+ * hanging, and a driver that cannot batch gets a call per span. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -66,11 +67,15 @@ static struct gp_bounce_span spans[NSPANS];
 
 static void setup(void)
 {
-    /* The fake reads this at its first call. Each DMA is called 7 times
+    /* The fake reads this at its first call. Until use_batches, the ring
+     * has no batch copy (an older driver): each DMA is called 7 times
      * by the first test, so the 9th is the second (and third) test's 2nd;
      * each queued slot is waited for once: 5 waits a whole copy, 22
      * before the fourth test, and records as many. */
-    setenv("FAKE_CUDA_FAIL", "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40,cuEventRecord:60", 1);
+    setenv("FAKE_CUDA_FAIL",
+           "cuMemcpyDtoHAsync_v2:9,cuMemcpyHtoDAsync_v2:9,cuEventSynchronize:40,cuEventRecord:60,"
+           "cuMemcpyBatchAsync_v2:12,cuMemcpyBatchAsync_v2:18=801",
+           1);
     static const struct { int idx; const char *name; } table[] = {
         { GP_IDX_cuEventCreate, "cuEventCreate" },
         { GP_IDX_cuEventRecord, "cuEventRecord" },
@@ -180,6 +185,38 @@ static void test_failing_event_record_ends_the_copy(void)
     ring = NULL;
 }
 
+/* From here on the driver has the batch copy: one call per slot. */
+static void use_batches(void)
+{
+    gp_real[GP_IDX_cuMemcpyBatchAsync_v2] = fn("cuMemcpyBatchAsync_v2");
+}
+
+static void test_batches_out_then_in(void)
+{
+    use_batches();
+    test_out_then_in(); /* batch calls 1-5 out, 6-10 in: one per slot */
+}
+
+/* A failing batch ends the copy like a failing DMA; the ring works again. */
+static void test_failing_batch_ends_the_copy(void)
+{
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == -EIO); /* batch call 12 fails */
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == 0);
+    CHECK(host_matches(pattern));
+}
+
+/* A driver that cannot batch (call 18: CUDA_ERROR_NOT_SUPPORTED) gets a
+ * call per part, and the bytes still land where they belong. */
+static void test_driver_without_batches(void)
+{
+    memset(host, 0, total);
+    CHECK(gp_bounce_copy(ring, true, spans, NSPANS) == 0);
+    CHECK(host_matches(pattern));
+    gp_bounce_destroy(ring);
+    ring = NULL;
+}
+
 /* A pool copied without its zero blocks: hundreds of short spans, with
  * gaps between them on the device, packed several to a slot; the bytes of
  * the gaps are never touched. */
@@ -240,6 +277,9 @@ int main(void)
     RUN(test_failing_dma_in_ends_the_copy);
     RUN(test_failing_wait_ends_the_copy);
     RUN(test_failing_event_record_ends_the_copy);
+    RUN(test_batches_out_then_in);
+    RUN(test_failing_batch_ends_the_copy);
+    RUN(test_driver_without_batches);
     RUN(test_many_short_spans);
     return HARNESS_END();
 }

@@ -29,26 +29,27 @@ static int mapped(void *p)
 static void test_kept_and_reused(void)
 {
     uint64_t got;
-    char *a = gp_spare_take(8 * MIB, &got);
-    CHECK(a && got == 8 * MIB);
+    bool fresh;
+    char *a = gp_spare_take(8 * MIB, &got, &fresh);
+    CHECK(a && got == 8 * MIB && fresh);
     memset(a, 0x5a, got);
     gp_spare_give(a, got);
     CHECK(mapped(a)); /* kept, lazily freed */
     /* A smaller request takes the whole spare. */
-    char *b = gp_spare_take(4 * MIB, &got);
-    CHECK(b == a && got == 8 * MIB);
+    char *b = gp_spare_take(4 * MIB, &got, &fresh);
+    CHECK(b == a && got == 8 * MIB && !fresh);
     b[0] = 1; /* still writable */
     gp_spare_give(b, got);
     /* A larger one gets fresh memory; the spare is unmapped first. */
-    char *c = gp_spare_take(16 * MIB, &got);
-    CHECK(c && got == 16 * MIB);
+    char *c = gp_spare_take(16 * MIB, &got, &fresh);
+    CHECK(c && got == 16 * MIB && fresh);
     CHECK(c[16 * MIB - 1] == 0);
     gp_spare_give(c, got);
     gp_spare_drop();
     CHECK(!mapped(c));
     /* Nothing kept: fresh, zeroed memory. */
-    char *d = gp_spare_take(4 * MIB, &got);
-    CHECK(d && got == 4 * MIB && d[0] == 0 && d[got - 1] == 0);
+    char *d = gp_spare_take(4 * MIB, &got, &fresh);
+    CHECK(d && got == 4 * MIB && fresh && d[0] == 0 && d[got - 1] == 0);
     gp_spare_give(d, got);
     gp_spare_drop();
 }
@@ -56,13 +57,14 @@ static void test_kept_and_reused(void)
 static void test_newer_replaces_older(void)
 {
     uint64_t g1, g2, got;
-    char *a = gp_spare_take(4 * MIB, &g1);
-    char *b = gp_spare_take(4 * MIB, &g2); /* no spare yet: a second mapping */
+    bool fresh;
+    char *a = gp_spare_take(4 * MIB, &g1, &fresh);
+    char *b = gp_spare_take(4 * MIB, &g2, &fresh); /* no spare yet: a second mapping */
     CHECK(a && b && a != b);
     gp_spare_give(a, g1);
     gp_spare_give(b, g2); /* one spare only: a goes */
     CHECK(!mapped(a));
-    CHECK(gp_spare_take(4 * MIB, &got) == b);
+    CHECK(gp_spare_take(4 * MIB, &got, &fresh) == b && !fresh);
     gp_spare_give(b, got);
     gp_spare_drop();
 }
@@ -70,18 +72,19 @@ static void test_newer_replaces_older(void)
 static void test_retain_bound(void)
 {
     uint64_t got;
+    bool fresh;
     config.host_retain = 4 * MIB;
-    char *a = gp_spare_take(8 * MIB, &got);
+    char *a = gp_spare_take(8 * MIB, &got, &fresh);
     CHECK(a);
     gp_spare_give(a, got); /* over the bound: unmapped */
     CHECK(!mapped(a));
-    char *b = gp_spare_take(4 * MIB, &got);
+    char *b = gp_spare_take(4 * MIB, &got, &fresh);
     CHECK(b);
     gp_spare_give(b, got); /* within it: kept */
     CHECK(mapped(b));
     gp_spare_drop();
     config.host_retain = 0;
-    char *c = gp_spare_take(MIB, &got);
+    char *c = gp_spare_take(MIB, &got, &fresh);
     gp_spare_give(c, got);
     CHECK(!mapped(c));
     config.host_retain = GP_DEFAULT_HOST_RETAIN;
@@ -90,15 +93,16 @@ static void test_retain_bound(void)
 static void test_none_kept_after_a_drop(void)
 {
     uint64_t got, late_size;
-    char *late = gp_spare_take(4 * MIB, &late_size);
+    bool fresh;
+    char *late = gp_spare_take(4 * MIB, &late_size, &fresh);
     gp_spare_drop();
     gp_spare_give(late, late_size); /* a release thread, late: not kept */
     CHECK(!mapped(late));
-    char *a = gp_spare_take(4 * MIB, &got); /* takes keep again */
+    char *a = gp_spare_take(4 * MIB, &got, &fresh); /* takes keep again */
     CHECK(a);
     gp_spare_give(a, got);
     CHECK(mapped(a));
-    CHECK(gp_spare_take(4 * MIB, &got) == a);
+    CHECK(gp_spare_take(4 * MIB, &got, &fresh) == a && !fresh);
     gp_spare_give(a, got);
     gp_spare_drop();
 }

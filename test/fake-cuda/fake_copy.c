@@ -168,6 +168,29 @@ FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDev
 }
 FAKE_LOCAL_ALIAS(cuMemcpyDtoHAsync_v2_ptsz)
 
+/* Every pair is checked before any byte moves, as the driver refuses a
+ * batch whole; the legacy stream is refused, as the driver does. */
+FAKE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                           CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
+                                           CUstream hStream)
+{
+    FAKE_ENTER();
+    if (!count || !dsts || !srcs || !sizes || !attrs || !attrsIdxs || !numAttrs || numAttrs > count ||
+        attrsIdxs[0] != 0 || hStream == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < numAttrs; i++)
+        if (attrs[i].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_INVALID || (i && attrsIdxs[i] <= attrsIdxs[i - 1]))
+            return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_call(1, hStream);
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++)
+        if ((r = check_range(srcs[i], sizes[i], PROT_READ, 0)) == CUDA_SUCCESS)
+            r = check_range(dsts[i], sizes[i], PROT_WRITE, 0);
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++)
+        memmove((void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i], sizes[i]);
+    return r;
+}
+FAKE_LOCAL_ALIAS(cuMemcpyBatchAsync_v2)
+
 FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
                                           CUstream hStream)
 {

@@ -125,6 +125,7 @@
     X(cuMemcpyDtoDAsync, 3020, , cuMemcpyDtoDAsync_v2)                         \
     X(cuMemcpyDtoDAsync, 7000, _ptsz, cuMemcpyDtoDAsync_v2_ptsz)               \
     X(cuMemcpyAsync, 4000, , cuMemcpyAsync)                                    \
+    X(cuMemcpyBatchAsync, 13000, , cuMemcpyBatchAsync_v2)                     \
     X(cuMemcpyAsync, 7000, _ptsz, cuMemcpyAsync_ptsz)                          \
     X(cuMemsetD8, 3020, , cuMemsetD8_v2)                                       \
     X(cuMemsetD8, 7000, _ptds, cuMemsetD8_v2_ptds)                             \
