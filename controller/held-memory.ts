@@ -18,7 +18,7 @@ import { DIGEST_BLOCK } from './image/format.js';
 import type { AllocationRecord } from './image/index.js';
 import type { PhaseClock } from './phase-clock.js';
 import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
-import { alignUp, MAX_RANGES_PER_COPY, stagingForStatus } from './staging-plan.js';
+import { packEach, stagingForStatus } from './staging-plan.js';
 import type { StatusReply } from '../native/index.js';
 
 const LAYOUT_FILE = 'held-layout.json';
@@ -115,21 +115,15 @@ export async function stagePool(
  * image's frames, a held range is never cut.
  */
 export function placeHeld(ranges: AllocationRecord[]): { groups: Placed[][]; end: number; bytes: number } {
-  const groups: Placed[][] = [];
-  let group: Placed[] = [];
-  let end = 0;
   let bytes = 0;
-  for (const r of ranges) {
-    if (group.length === MAX_RANGES_PER_COPY) {
-      groups.push(group);
-      group = [];
-    }
-    const length = Number(r.size);
-    group.push({ device: r.device, addr: r.addr, length, stagingOffset: end });
-    end = alignUp(end + length);
-    bytes += length;
-  }
-  if (group.length) groups.push(group);
+  const { groups, end } = packEach(
+    ranges,
+    (r) => Number(r.size),
+    (r, stagingOffset, length): Placed => {
+      bytes += length;
+      return { device: r.device, addr: r.addr, length, stagingOffset };
+    },
+  );
   return { groups, end, bytes };
 }
 

@@ -134,19 +134,34 @@ export function batches<T extends { length: number }>(items: T[], stagingSize: n
   return out;
 }
 
+/**
+ * Every item in staging at once, packed one after the other, a copy
+ * request's worth per group; place makes each group's entry from the item,
+ * its offset and its length, so a caller builds its own records in one
+ * pass. end: the staging they take.
+ */
+export function packEach<T, P>(items: T[], lengthOf: (item: T) => number, place: (item: T, offset: number, length: number) => P): { groups: P[][]; end: number } {
+  const groups: P[][] = [];
+  let group: P[] = [];
+  let end = 0;
+  for (const item of items) {
+    if (group.length === MAX_RANGES_PER_COPY) {
+      groups.push(group);
+      group = [];
+    }
+    const length = lengthOf(item);
+    group.push(place(item, end, length));
+    end = alignUp(end + length);
+  }
+  if (group.length) groups.push(group);
+  return { groups, end };
+}
+
 /** Every item in staging at once: batches at disjoint offsets, packed one after the other. */
 export function packAll<T extends { length: number }>(items: T[]): { item: T; offset: number }[][] {
-  const out: { item: T; offset: number }[][] = [];
-  let cur: { item: T; offset: number }[] = [];
-  let offset = 0;
-  for (const item of items) {
-    if (cur.length === MAX_RANGES_PER_COPY) {
-      out.push(cur);
-      cur = [];
-    }
-    cur.push({ item, offset });
-    offset = alignUp(offset + item.length);
-  }
-  if (cur.length) out.push(cur);
-  return out;
+  return packEach(
+    items,
+    (item) => item.length,
+    (item, offset) => ({ item, offset }),
+  ).groups;
 }

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -36,6 +37,15 @@ static void wait_for_go(struct gp_prefault *p)
     pthread_mutex_unlock(&p->lock);
 }
 
+void gp_populate(uint8_t *p, uint64_t n)
+{
+    if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    for (uint64_t i = 0; i < n; i += (uint64_t)page) /* kernels before 5.14 */
+        __atomic_fetch_or(p + i, 0, __ATOMIC_RELAXED);
+}
+
 static void *prefault_pieces(void *arg)
 {
     struct gp_prefault *p = arg;
@@ -44,10 +54,7 @@ static void *prefault_pieces(void *arg)
         uint64_t off = atomic_fetch_add(&p->next, PIECE);
         if (off >= p->size)
             break;
-        uint64_t n = p->size - off < PIECE ? p->size - off : PIECE;
-        /* Kernels before 5.14 refuse it: the first write then faults as before. */
-        if (madvise(p->base + off, n, MADV_POPULATE_WRITE))
-            break;
+        gp_populate(p->base + off, p->size - off < PIECE ? p->size - off : PIECE);
     }
     return NULL;
 }

@@ -16,6 +16,11 @@
 
 struct gp_prefault;
 
+/* Faults [p, p + n) in, writable, without changing a byte: others may be
+ * writing data into it meanwhile (MADV_POPULATE_WRITE; before Linux 5.14,
+ * an atomic no-op write per page). */
+void gp_populate(uint8_t *p, uint64_t n);
+
 /* Starts faulting [base, base + size) in, from its start on, on up to
  * threads threads. NULL when none could start (nothing is faulted in:
  * the memory is still correct, only slower to write first). */

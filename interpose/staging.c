@@ -19,10 +19,6 @@
 #include "shim.h"
 #include "spare_memory.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 /* Sixteen: the memfds fault in one thread each at a time (16 GiB as one
  * memfd: 2.7 s from any number of threads; as 16 or 32 memfds from as
  * many threads: 0.81 s or 0.44 s, on an H200 host), and pinning stays
@@ -62,16 +58,6 @@ static uint64_t piece_len(const struct gp_staging_prep *p, uint32_t i)
     return part_at(p->size, (uint64_t)i * p->piece, p->piece);
 }
 
-/* Faults the pages in writable without changing a byte: the controller may
- * already be writing data into pieces a worker has not reached. */
-static void populate(uint8_t *p, uint64_t n)
-{
-    if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
-        return;
-    for (uint64_t i = 0; i < n; i += PAGE) /* kernels before 5.14 */
-        __atomic_fetch_or(p + i, 0, __ATOMIC_RELAXED);
-}
-
 /* Workers start together: a thread's stack is mapped under the process's
  * mmap lock, which faulting in and pinning hold for whole pieces, so
  * starting the eighth worker waited 0.3 s behind the first seven. */
@@ -102,7 +88,7 @@ static void *prepare_pieces(void *arg)
         uint8_t *at = p->base + (uint64_t)i * p->piece;
         uint64_t n = piece_len(p, i);
         if (p->populate)
-            populate(at, n);
+            gp_populate(at, n); /* the controller may already be writing into pieces not reached yet */
         bool ok = have_context && GP_REAL(cuMemHostRegister_v2)(at, n, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
 
         pthread_mutex_lock(&p->lock);

@@ -83,6 +83,14 @@ static const struct stand_in {
     GP_STAND_IN_ROW(cuMemcpyBatchAsync_v2, , )
 };
 
+static const struct stand_in *stand_in_of(int idx)
+{
+    for (size_t i = 0; i < sizeof(stand_ins) / sizeof(stand_ins[0]); i++)
+        if (stand_ins[i].idx == idx)
+            return &stand_ins[i];
+    return NULL;
+}
+
 /* Puts the stand-in of row s in place of the real entry point (once). */
 static void stand_in_for(const struct stand_in *s)
 {
@@ -110,7 +118,7 @@ static int arm(const char *entry)
         stand_in_for(s);
         /* A DMA's count goes on in the batches too. */
         if (s->idx == GP_IDX_cuMemcpyHtoDAsync_v2 || s->idx == GP_IDX_cuMemcpyDtoHAsync_v2)
-            stand_in_for(&stand_ins[sizeof(stand_ins) / sizeof(stand_ins[0]) - 1]);
+            stand_in_for(stand_in_of(GP_IDX_cuMemcpyBatchAsync_v2));
         atomic_store(&fail_at[s->idx], nth);
         return 0;
     }

@@ -39,6 +39,7 @@ import type {
   ParentRecord,
   PoolLayout,
 } from './manifest.js';
+import { AllocationBlocks } from './blocks.js';
 import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION } from './format.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
@@ -236,12 +237,11 @@ function gapRule(m: Manifest): GapRule {
   if (m.parent) return () => true;
   const blocks = m.blocks;
   if (!blocks) return () => false;
-  const size = BigInt(blocks.size);
   return (ai, start, end) => {
     const a = m.allocations[ai]!;
-    const d = blocks.digests[ai]!;
-    const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
-    for (let k = (start - a.addr) / size; k * size < end - a.addr; k++) if (view.getBigUint64(Number(k) * 8, true) !== 0n) return false;
+    const b = new AllocationBlocks(a, blocks.size, blocks.digests[ai]!);
+    const last = Math.floor(Number(end - a.addr - 1n) / blocks.size);
+    for (let k = Math.floor(Number(start - a.addr) / blocks.size); k <= last; k++) if (!b.isZero(k)) return false;
     return true;
   };
 }
