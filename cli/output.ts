@@ -119,6 +119,8 @@ export function printMigrate(m: MigrateSummary): void {
 export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
   console.log(`process ${s.pid} saved to ${s.image}${s.leftRunning ? '; it carries on' : '; it has stopped and its GPU is free'}`);
   console.log(`  pool ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)}; GPU free after ${s.gpuFreeSeconds} s; CRIU ${s.criuVersion} dump ${s.dumpSeconds} s; total ${s.seconds} s`);
+  if (s.pauseSeconds !== undefined)
+    console.log(`  application paused ${s.pauseSeconds} s (${s.route === 'gpu' ? 'pool copied on its GPU' : `pool through host memory: ${s.whyThroughHost ?? 'asked to'}`})`);
 }
 
 export function printProcessRestore(s: ProcessRestoreSummary): void {

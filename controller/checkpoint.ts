@@ -23,7 +23,7 @@ import type { Placed } from './held-memory.js';
 import { releaseStaging, ShimSession, type StagingMemory } from './session.js';
 import { MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
-import { native, PoolState } from '../native/index.js';
+import { native, PoolState, type AllocEntry } from '../native/index.js';
 
 export interface CheckpointOptions {
   force?: boolean;
@@ -52,6 +52,16 @@ export interface CheckpointOptions {
   finalImage?: string;
   /** Pre-copy while the application runs; the pause copies only what changed since (live-copy.ts). */
   live?: boolean;
+  /** The pool was copied on its GPU in an earlier pause (gpu-snapshot.ts): the image is read from that copy, and the application is not paused again. */
+  snapshot?: GpuSnapshot;
+}
+
+/** What the pause of a copy on the GPU took along: the shim's mirror (GPCK_PEER_MIRROR) maps the copy. */
+export interface GpuSnapshot {
+  allocations: AllocEntry[];
+  digests?: Buffer[];
+  digestSeconds: number;
+  pauseSeconds: number;
 }
 
 export interface CheckpointSummary {
@@ -148,9 +158,9 @@ export async function writePoolImage(
 
     // The driver's first compile of the kernel stays out of the pause. (A
     // pool that is not active is refused by the quiesce, in its own words.)
-    const kernelLoaded = session.poolActive && (await loadDigestKernels(session, status));
+    const kernelLoaded = !opts.snapshot && session.poolActive && (await loadDigestKernels(session, status));
     const needsKernel = parent ? 'no incremental image can be made' : opts.live ? 'checkpoint --live cannot tell what changed' : undefined;
-    if (needsKernel && session.poolActive && !kernelLoaded) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so ${needsKernel}`);
+    if (needsKernel && session.poolActive && !kernelLoaded && !opts.snapshot?.digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${pid}: the driver will not run the digest kernel (it needs driver 580 or newer), so ${needsKernel}`);
     clock.mark('setup');
     const progress = new Progress(opts.progress);
     let live: LiveCopy | undefined;
@@ -245,7 +255,7 @@ interface ParentDigests {
  * the same pool, and neither it nor any of its parents about to be
  * replaced by the new image), and its digests by block address.
  */
-async function readParent(path: string, out: string, session: ShimSession): Promise<ParentDigests> {
+export async function readParent(path: string, out: string, session: ShimSession): Promise<ParentDigests> {
   const reader = await ImageReader.open(path);
   const { parents } = await openChain(reader).catch(async (e) => {
     await reader.close();
@@ -306,10 +316,11 @@ async function copyAndCompress(
   let firstFailure: unknown;
   let written = 0;
 
+  const snapshot = opts.snapshot;
   const pauseStart = performance.now();
-  const q = await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
+  const q = snapshot ? { drainNs: 0, syncNs: 0 } : await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
   // True until release() is called: the finally must then let the application go.
-  let holding = true;
+  let holding = !snapshot;
   let copySeconds = 0;
   let pauseSeconds = 0;
   let pieces: Piece[] = [];
@@ -323,10 +334,10 @@ async function copyAndCompress(
   let ringMode = false;
   const groups: Placed[][] = [];
   try {
-    allocations = await session.listAllocations();
+    allocations = snapshot?.allocations ?? (await session.listAllocations());
     const d0 = performance.now();
-    digests = kernelLoaded ? await digestAllocations(session, allocations, blockSize) : undefined;
-    digestSeconds = (performance.now() - d0) / 1000;
+    digests = snapshot ? snapshot.digests : kernelLoaded ? await digestAllocations(session, allocations, blockSize) : undefined;
+    digestSeconds = snapshot?.digestSeconds ?? (performance.now() - d0) / 1000;
     if ((parent || live) && !digests) throw new GpuckptError('NO_DIGEST_KERNEL', `process ${session.pid}: the driver would not run the digest kernel, so no ${live ? 'live' : 'incremental'} image can be made`);
     // All-zero runs stay on the GPU: the image records them by their digest.
     const plan = digests ? planBlocks(allocations, digests, blockSize, parent?.digests, MIN_SKIPPED_ZERO_RUN) : undefined;
@@ -347,7 +358,7 @@ async function copyAndCompress(
       await Promise.allSettled(compressions);
       throw e;
     }
-    pauseSeconds = (performance.now() - pauseStart) / 1000;
+    pauseSeconds = snapshot?.pauseSeconds ?? (performance.now() - pauseStart) / 1000;
     // Not before release: started during a suspend's driver checkpoint,
     // compression on every core delayed the GPU being free (PyTorch job:
     // 1.58 -> 1.82 s, 16 GiB: 1.71 -> 2.00 s, on 2x H200).
@@ -377,7 +388,8 @@ async function copyAndCompress(
     // When staging holds everything, compression waits until the
     // application runs again: the copy engines then have host memory
     // bandwidth to themselves and the pause is as short as the DMA.
-    if (ringMode) allowCompression();
+    // (From a snapshot the application runs already.)
+    if (ringMode || snapshot) allowCompression();
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
@@ -388,7 +400,7 @@ async function copyAndCompress(
       if (firstFailure) throw firstFailure;
       const c0 = performance.now();
       const ranges = batch.map(({ piece, offset }) => ({ device: piece.device, addr: piece.addr, length: piece.length, stagingOffset: offset }));
-      await session.copyOut(ranges);
+      await session.copyOut(ranges, !!snapshot);
       groups.push(ranges);
       copySeconds += (performance.now() - c0) / 1000;
       for (const { piece, offset } of batch) {

@@ -16,9 +16,10 @@ import { GpuckptError } from './errors.js';
  * checkpoint: compress, image-write; whole-process checkpoint: criu-sync
  * (making CRIU's files durable); restore: image-read; reopen: the
  * controller fails after its last copy into the pool, before it lets the
- * application go (rollback and resume).
+ * application go (rollback and resume); copy-back: checkpoint
+ * --leave-running fails to copy the pool back in from its copy on the GPU.
  */
-export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen';
+export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen' | 'copy-back';
 
 export function faultPoint(step: FaultStep): void {
   const spec = process.env.GPUCKPT_TEST_FAULT;

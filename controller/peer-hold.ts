@@ -13,6 +13,9 @@
  * would stay where it is, the target lacks memory for it, or the shim cannot
  * import or reach it; the process runs on as before (let go again if it
  * had been paused).
+ *
+ * copyInPlace (checkpoint --leave-running, gpu-snapshot.ts): the copy is
+ * made on the process's own GPUs, and the caller keeps fds of it too.
  */
 import { closeSync } from 'node:fs';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
@@ -28,14 +31,17 @@ export interface HeldOnGpus {
   /** Bytes the shim copied (whole chunks) and how long that took. */
   copiedBytes: number;
   copySeconds: number;
+  /** copyInPlace: this process's own fds of the copy, per ordinal (the caller's to close). */
+  fds?: number[][];
 }
 
-/** The ordinals holding pool data, or why the GPU route cannot serve them. */
-function moving(status: StatusReply, devices: string[], to: string[]): { device: number; count: number }[] | string {
+/** The ordinals holding pool data, or why the GPU route cannot serve them (staying: a copy on the same GPU is what is asked). */
+function moving(status: StatusReply, devices: string[], to: string[], staying: boolean): { device: number; count: number }[] | string {
   const used = status.devices.flatMap((d, device) => (d.chunksInUse > 0 ? [{ device, count: d.chunksInUse }] : []));
   if (!used.length) return 'the pool is empty';
-  const staying = used.find((u) => to[u.device].toLowerCase() === devices[u.device].toLowerCase());
-  if (staying) return `the process's GPU ${staying.device} (${devices[staying.device]}) does not move`;
+  if (staying) return used;
+  const stays = used.find((u) => to[u.device].toLowerCase() === devices[u.device].toLowerCase());
+  if (stays) return `the process's GPU ${stays.device} (${devices[stays.device]}) does not move`;
   return used;
 }
 
@@ -48,7 +54,7 @@ export function besidesHeld(needs: GpuNeed[] | undefined, heldOn: string[], curr
   return needs?.map((n, i) => (current[i] && landsOn(current[i], pairs).toLowerCase() === heldOn[i]?.toLowerCase() ? { ...n, poolBytes: '0' } : n));
 }
 
-function closeAll(fds: number[][]): void {
+export function closeAll(fds: number[][]): void {
   for (const list of fds) for (const fd of list.splice(0)) closeSync(fd);
 }
 
@@ -62,12 +68,12 @@ export async function holdOnGpus(
   status: StatusReply,
   devices: string[],
   pairs: GpuPair[],
-  opts: { leaseMs?: number },
+  opts: { leaseMs?: number; copyInPlace?: boolean },
   clock?: PhaseClock,
 ): Promise<HeldOnGpus | { why: string }> {
   const to = devices.map((u) => landsOn(u, pairs)); // where each ordinal's data goes
   const chunk = Number(session.hello.chunkSize);
-  const want = moving(status, devices, to);
+  const want = moving(status, devices, to, !!opts.copyInPlace);
   if (typeof want === 'string') return { why: want };
   const fds: number[][] = devices.map(() => []);
   const allocate = async (device: number, count: number) => {
@@ -84,7 +90,7 @@ export async function holdOnGpus(
     paused = true;
     // The application may have allocated or freed since the first status.
     const current = await session.status();
-    const now = moving(current, devices, to);
+    const now = moving(current, devices, to, !!opts.copyInPlace);
     if (typeof now === 'string') throw new Error(now);
     for (const w of now) {
       if (w.count > fds[w.device].length) await allocate(w.device, w.count - fds[w.device].length);
@@ -100,12 +106,14 @@ export async function holdOnGpus(
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
     const rawBytes = now.reduce((s, w) => s + Number(current.devices[w.device].bytesInUse), 0);
-    return { layout: { rawBytes, heldBytes: 0, zeroFills: [], devices, groups: [], gpus: to }, copiedBytes: copied, copySeconds };
+    const layout = { rawBytes, heldBytes: 0, zeroFills: [], devices, groups: [], gpus: to };
+    if (!opts.copyInPlace) return { layout, copiedBytes: copied, copySeconds };
+    return { layout, copiedBytes: copied, copySeconds, fds: fds.splice(0) };
   } catch (e) {
     // The shim drops whatever it held as the gate reopens.
     if (paused) await session.resume().catch(() => undefined);
     return { why: (e as Error).message };
   } finally {
-    closeAll(fds); // the shim holds its own copies of what it took
+    closeAll(fds); // the shim holds its own copies of what it took (and copyInPlace's caller its own)
   }
 }

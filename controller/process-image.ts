@@ -27,6 +27,8 @@ import { PoolLoader } from './pool-loader.js';
 import { checkGpuRoom, readGpuNeeds } from './gpu-room.js';
 import { gpuPairs, resolveGpu, resumeProcess, suspendProcess, type ResumeSummary } from './suspend.js';
 import { round } from './units.js';
+import { checkpointLeavingRunning } from './gpu-snapshot.js';
+import type { Phases } from './phase-clock.js';
 import { native } from '../native/index.js';
 
 const CRIU_DIR = 'criu';
@@ -45,6 +47,13 @@ export interface ProcessCheckpointSummary {
   /** fsync of CRIU's files, after the dump (and after a --leave-running process runs again). */
   syncSeconds: number;
   seconds: number;
+  /** --leave-running: from the application's pause until it ran again. */
+  pauseSeconds?: number;
+  /** --leave-running: the pool copied on its GPU for the pause ('gpu', gpu-snapshot.ts) or through host memory, and why. */
+  route?: 'gpu' | 'host';
+  whyThroughHost?: string;
+  /** Steps of a 'gpu' route's pause, in order. */
+  phases?: Phases;
 }
 
 export async function checkpointProcess(
@@ -67,6 +76,34 @@ export async function checkpointProcess(
   // writer's cleanup.
   const work = join(dirname(target), tempDirName(basename(target), pid));
   const shellJob = isShellJob(pid);
+  let whyThroughHost: string | undefined;
+  if (opts.leaveRunning && !opts.live) {
+    const left = await checkpointLeavingRunning(pid, work, CRIU_DIR, criu, shellJob, { ...opts, finalImage: target });
+    if (!('whyNot' in left)) {
+      writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify({ pid, shellJob, criuVersion: criu.version }), { mode: 0o600 });
+      const s0 = performance.now();
+      await makeDurable(work, pid, true);
+      const syncSeconds = (performance.now() - s0) / 1000;
+      await publish(work, target, !!opts.force);
+      return {
+        image: target,
+        pid,
+        rawBytes: left.image.poolBytes,
+        storedBytes: left.image.storedBytes,
+        leftRunning: true,
+        criuVersion: criu.version,
+        gpuFreeSeconds: left.gpuFreeSeconds,
+        dumpSeconds: left.dumpSeconds,
+        syncSeconds: round(syncSeconds),
+        seconds: round((performance.now() - t0) / 1000),
+        pauseSeconds: left.pauseSeconds,
+        route: 'gpu',
+        phases: left.phases,
+      };
+    }
+    whyThroughHost = left.whyNot;
+  }
+  const suspendStart = performance.now();
   const suspended = await suspendProcess(pid, { ...opts, to: work, force: false, kind: 'process', finalImage: target });
   const d0 = performance.now();
   try {
@@ -86,14 +123,13 @@ export async function checkpointProcess(
   const dumpSeconds = (performance.now() - d0) / 1000;
   let resumeFailure: unknown;
   if (opts.leaveRunning) await resumeProcess(pid, { keepImage: true }).catch((e) => (resumeFailure = e));
+  const runsAgain = performance.now();
   // CRIU leaves its files to the page cache; the pool image is durable
   // already, and the image is published only once CRIU's part is too.
   const s0 = performance.now();
   await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
   const syncSeconds = (performance.now() - s0) / 1000;
-  if (opts.force && existsSync(target)) rmSync(target, { recursive: true, force: true });
-  renameSync(work, target);
-  await fsyncDir(dirname(target));
+  await publish(work, target, !!opts.force);
   if (resumeFailure) throw resumeFailure;
   return {
     image: target,
@@ -106,7 +142,15 @@ export async function checkpointProcess(
     dumpSeconds: round(dumpSeconds),
     syncSeconds: round(syncSeconds),
     seconds: round((performance.now() - t0) / 1000),
+    ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - suspended.pauseStartSeconds, 4), route: 'host' as const, whyThroughHost } : {}),
   };
+}
+
+/** The complete image at work becomes target (replacing an image there with force). */
+async function publish(work: string, target: string, force: boolean): Promise<void> {
+  if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
+  renameSync(work, target);
+  await fsyncDir(dirname(target));
 }
 
 /**

@@ -36,6 +36,11 @@ const STAGING_UNPINNED = 16;
 const SUSPEND_HOLD_STAGING = 1;
 const SUSPEND_HOLD_PEER = 2;
 const QUIESCE_ROLLBACK = 1;
+const COPY_FROM_MIRROR = 4;
+const PEER_INTO_POOL = 1;
+const PEER_COMPLETES = 2;
+const PEER_MIRROR = 4;
+const PEER_ADOPT = 8;
 const COPY_COMPLETES = 1;
 const COPY_ZEROS = 2;
 
@@ -266,8 +271,9 @@ export class ShimSession {
     }
   }
 
-  copyOut(ranges: CopyRange[]): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.COPY_OUT, 'copy out', { ranges });
+  /** fromMirror: read from the peer mirror (peerMirror), the pool as the last peer hold copied it. */
+  copyOut(ranges: CopyRange[], fromMirror = false): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.COPY_OUT, 'copy out', { ranges, flags: fromMirror ? COPY_FROM_MIRROR : 0 });
   }
 
   /**
@@ -322,7 +328,30 @@ export class ShimSession {
     return this.request(MessageType.PEER_HOLD, 'copy the pool to another GPU', { device, first }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
   }
 
-  /** The held data is now saved at image: the shim frees its copy. */
+  /**
+   * After the remap of a suspend whose peer hold was dropped: copies the
+   * memory behind fds back into device's chunks from first on (see
+   * GPCK_PEER_INTO_POOL); completes: the data is then all in.
+   */
+  peerCopyIn(device: number, first: number, fds: number[], completes: boolean): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.PEER_HOLD, 'copy the pool back from the GPU', { device, first, flags: PEER_INTO_POOL | (completes ? PEER_COMPLETES : 0) }, REQUEST_TIMEOUT_MS, {}, fds);
+  }
+
+  /** Maps the memory behind fds as device's mirror from first on (see GPCK_PEER_MIRROR), for copyOut(ranges, true); until this session closes. */
+  peerMirror(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number }> {
+    return this.request(MessageType.PEER_HOLD, 'map the copy on the GPU', { device, first, flags: PEER_MIRROR }, REQUEST_TIMEOUT_MS, {}, fds);
+  }
+
+  /**
+   * While suspended after dropHeld: the shim takes fds back as the held
+   * memory of device's chunks from first on, uncopied (see GPCK_PEER_ADOPT);
+   * without fds, room for them.
+   */
+  peerAdopt(device: number, first: number, fds: number[]): Promise<{ chunksHeld: number }> {
+    return this.request(MessageType.PEER_HOLD, 'hand the copy on the GPU back', { device, first, flags: PEER_ADOPT }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
+  }
+
+  /** The held data is now saved at image (or kept by this controller): the shim frees its copy. */
   dropHeld(image: string): Promise<void> {
     return this.request(MessageType.DROP_HELD, 'free the held pool data', { image });
   }

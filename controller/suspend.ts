@@ -262,7 +262,7 @@ function summary(
  * part of the pool mapped, the shim has released the rest and counts the
  * process suspended: it is resumed from where its data is held. Throws.
  */
-async function resumeHalfSuspended(
+export async function resumeHalfSuspended(
   session: ShimSession,
   pid: number,
   e: unknown,
@@ -283,7 +283,7 @@ async function resumeHalfSuspended(
 }
 
 /** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */
-async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock): Promise<void> {
+export async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock): Promise<void> {
   try {
     await driverFreeze(pid, clock);
   } catch (e) {

@@ -23,6 +23,9 @@ static CUstream copy_streams[GPCK_MAX_DEVICES];
 /* Clients with a live window open (GPCK_LIVE_WINDOW): while any is, the
  * pool keeps its chunks mapped and cannot be suspended. */
 static int live_windows;
+/* The client whose GPCK_PEER_MIRROR maps the last hold's memory: the mirror
+ * goes when it leaves. */
+static struct gp_client *mirror_owner;
 
 /* Suspension outlives the controller that started it: the application stays
  * held, its pool released, until a controller remaps the pool, copies the
@@ -287,9 +290,10 @@ static int handle_drop_held(const void *payload, uint32_t len)
         return err;
     if (suspension != SUSPENDED)
         return -EINVAL;
-    if (!held_data.base)
+    if (!held_data.base && !gp_peer_held_any())
         return -ENOENT;
     gp_held_drop(&held_data);
+    gp_peer_drop();
     memcpy(held_image, req->image, sizeof(held_image));
     return 0;
 }
@@ -438,10 +442,11 @@ static bool reads_unheld(const struct gp_client *c)
 }
 
 /* Every range is checked before any byte moves: it must lie inside one live
- * allocation of the pool (mapped pool memory, in a live window) and inside
- * the staging memory (zeros read none: offset 0), so nothing a controller
- * (or an image) says can make the shim touch other memory. */
-static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *req)
+ * allocation of the pool (mapped pool memory, in a live window), or with
+ * mirrored inside the peer mirror (its address there goes to mirrored), and
+ * inside the staging memory (zeros read none: offset 0), so nothing a
+ * controller (or an image) says can make the shim touch other memory. */
+static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *req, struct gpck_copy_req *mirrored)
 {
     bool zeros = req->flags & GPCK_COPY_ZEROS;
     struct gp_shim_info info;
@@ -450,8 +455,13 @@ static int check_ranges(const struct gp_client *c, const struct gpck_copy_req *r
         const struct gpck_copy_range *r = &req->ranges[i];
         if (r->device >= (uint32_t)info.device_count || r->device >= GPCK_MAX_DEVICES)
             return -ENODEV;
-        if (!may_read(c, (int)r->device, r->addr, r->length))
+        if (mirrored) {
+            mirrored->ranges[i] = *r;
+            if (gp_peer_mirror_at((int)r->device, r->addr, r->length, &mirrored->ranges[i].addr))
+                return -EFAULT;
+        } else if (!may_read(c, (int)r->device, r->addr, r->length)) {
             return -EFAULT;
+        }
         if (zeros) {
             if (r->staging_offset)
                 return -EINVAL;
@@ -557,21 +567,34 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     if (len < sizeof(*req) || req->count > GPCK_MAX_COPY_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_copy_range))
         return -EPROTO;
-    /* Copies are only consistent while the application is held still; a
-     * live window's copies out are not, and its controller knows it. */
-    if (gate_holder != c && !(to_host && reads_unheld(c)))
-        return -EPERM;
     bool zeros = req->flags & GPCK_COPY_ZEROS;
-    if ((req->flags & ~(GPCK_COPY_COMPLETES | GPCK_COPY_ZEROS)) || (to_host && zeros))
+    bool from_mirror = req->flags & GPCK_COPY_FROM_MIRROR;
+    if ((req->flags & ~(GPCK_COPY_COMPLETES | GPCK_COPY_ZEROS | GPCK_COPY_FROM_MIRROR)) || (to_host && zeros) ||
+        (from_mirror && !to_host))
         return -EINVAL;
+    /* Copies are only consistent while the application is held still; a
+     * live window's copies out are not, and its controller knows it. The
+     * mirror holds still by itself. */
+    if (gate_holder != c && !(to_host && (reads_unheld(c) || from_mirror)))
+        return -EPERM;
+    /* The ranges as read from the mirror (160 KiB): off the stack; the control thread's alone. */
+    static union {
+        struct gpck_copy_req req;
+        char bytes[sizeof(struct gpck_copy_req) + GPCK_MAX_COPY_RANGES * sizeof(struct gpck_copy_range)];
+    } mirrored;
     /* Writing into a running process's pool is a rollback's alone. */
     if (!to_host && suspension != RESTORING && !c->rollback)
         return -EPERM;
     if (!c->staging.base && !zeros)
         return -ENOBUFS;
-    int err = check_ranges(c, req);
+    int err = check_ranges(c, req, from_mirror ? &mirrored.req : NULL);
     if (err)
         return err;
+    if (from_mirror) {
+        mirrored.req.count = req->count;
+        mirrored.req.flags = req->flags;
+        req = &mirrored.req;
+    }
     if (!to_host) {
         if (suspension == RUNNING || suspension == HALF_RESTORED)
             suspension = ROLLING_BACK;
@@ -680,22 +703,81 @@ void gp_client_fds_sent(struct gp_client *c)
     gp_staging_close_files(&c->staging); /* the only fds a reply passes */
 }
 
+/* GPCK_PEER_INTO_POOL: the holder of the gate, after REMAP_POOL. */
+static int peer_into_pool(struct gp_client *c, const struct gpck_peer_req *req, struct gp_fds_in *given,
+                          struct gpck_peer_rep *rep, CUresult *cu)
+{
+    if (gate_holder != c || suspension != RESTORING)
+        return -EPERM;
+    if (!given->count)
+        return -EINVAL;
+    restore_complete = false;
+    int err = gp_peer_copy_in((int)req->device, req->first, given->fds, given->count, &rep->bytes, cu);
+    if (!err && (req->flags & GPCK_PEER_COMPLETES))
+        restore_complete = true;
+    return err;
+}
+
+/* GPCK_PEER_MIRROR: any client, while the pool runs. */
+static int peer_mirror(struct gp_client *c, const struct gpck_peer_req *req, struct gp_fds_in *given,
+                       struct gpck_peer_rep *rep, CUresult *cu)
+{
+    if (suspension != RUNNING)
+        return -EPERM;
+    if (!given->count)
+        return -EINVAL;
+    if (mirror_owner && mirror_owner != c)
+        return -EBUSY;
+    int err = gp_peer_mirror((int)req->device, req->first, given->fds, given->count, &rep->bytes, cu);
+    mirror_owner = err ? mirror_owner : c;
+    return err;
+}
+
+/* GPCK_PEER_ADOPT: any client, while suspended. */
+static int peer_adopt(const struct gpck_peer_req *req, struct gp_fds_in *given, struct gpck_peer_rep *rep)
+{
+    if (suspension != SUSPENDED)
+        return -EBUSY;
+    if (!given->count)
+        return gp_peer_make_room();
+    int err = gp_peer_adopt((int)req->device, req->first, given->fds, given->count, &rep->chunks_held);
+    if (!err)
+        given->count = 0; /* held */
+    return err;
+}
+
 static int handle_peer_hold(struct gp_client *c, const void *payload, uint32_t len, struct gp_fds_in *given,
                             struct gpck_peer_rep *rep)
 {
     if (len != sizeof(struct gpck_peer_req))
         return -EPROTO;
     const struct gpck_peer_req *req = payload;
+    *rep = (struct gpck_peer_rep){ 0 };
+    uint32_t way = req->flags & ~GPCK_PEER_COMPLETES;
+    if ((way & (way - 1)) || (way & ~(GPCK_PEER_INTO_POOL | GPCK_PEER_MIRROR | GPCK_PEER_ADOPT)) ||
+        (way != GPCK_PEER_INTO_POOL && (req->flags & GPCK_PEER_COMPLETES)))
+        return -EINVAL; /* one way at most; COMPLETES with INTO_POOL only */
+    uint64_t t0 = gp_now_ns();
+    CUresult cu = CUDA_SUCCESS;
+    if (way == GPCK_PEER_ADOPT)
+        return peer_adopt(req, given, rep);
+    if (way) {
+        /* The fds are the sender's copies: closed here once imported. */
+        int err = way == GPCK_PEER_INTO_POOL ? peer_into_pool(c, req, given, rep, &cu) : peer_mirror(c, req, given, rep, &cu);
+        rep->ns = gp_now_ns() - t0;
+        if (err)
+            GP_WARN("control", "could not %s device %u's chunks from %llu (%d, CUresult %d)",
+                    way == GPCK_PEER_INTO_POOL ? "copy back" : "mirror", req->device, (unsigned long long)req->first,
+                    err, (int)cu);
+        return err;
+    }
     /* Copies are only consistent while the application is held still. */
     if (gate_holder != c || suspension != RUNNING)
         return -EPERM;
     if (live_windows)
         return -EBUSY;
-    *rep = (struct gpck_peer_rep){ 0 };
     if (!given->count)
         return gp_peer_make_room();
-    uint64_t t0 = gp_now_ns();
-    CUresult cu = CUDA_SUCCESS;
     int err = gp_peer_hold((int)req->device, req->first, given->fds, given->count, &rep->bytes, &rep->chunks_held, &cu);
     rep->ns = gp_now_ns() - t0;
     if (err) {
@@ -801,6 +883,10 @@ void gp_client_drop_gate(struct gp_client *c, const char *why)
 void gp_client_release(struct gp_client *c)
 {
     gp_client_drop_gate(c, "controller left");
+    if (mirror_owner == c) {
+        gp_peer_mirror_drop();
+        mirror_owner = NULL;
+    }
     close_live_window(c);
     gp_staging_destroy(&c->staging);
 }

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 11u
+#define GPCK_PROTOCOL_VERSION 12u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -243,6 +243,12 @@ struct gpck_copy_range {
  * read, none need be mapped, and each range's staging_offset must be 0;
  * the ranges are checked as any copy in's. */
 #define GPCK_COPY_ZEROS 2u
+/* GPCK_COPY_FROM_MIRROR (COPY_OUT only): the ranges are read from the
+ * memory a GPCK_PEER_MIRROR mapped (the pool as it was at the last peer
+ * hold) instead of from the pool: each range, in pool addresses, must lie
+ * inside chunks the mirror maps. Allowed while the application runs,
+ * without the gate: nothing writes that memory. */
+#define GPCK_COPY_FROM_MIRROR 4u
 
 struct gpck_copy_req {
     uint32_t count;            /* <= GPCK_MAX_COPY_RANGES */
@@ -324,8 +330,8 @@ struct gpck_live_req {
  * GPCK_SUSPEND_HOLD_STAGING: the sender's staging memory holds the data;
  * the shim unpins and unmaps it but keeps its memfd, so the data lives as
  * long as the application, until GPCK_DROP_HELD or the RESUME.
- * GPCK_DROP_HELD: while suspended, the data now lies at image; the held
- * memory is freed. */
+ * GPCK_DROP_HELD: while suspended, the data now lies at image (or with
+ * the sender); the held memory, or the held fds of a peer hold, are freed. */
 #define GPCK_SUSPEND_HOLD_STAGING 1u
 /* GPCK_SUSPEND_HOLD_PEER: GPCK_PEER_HOLD requests put every chunk in use
  * into memory on other GPUs; the shim keeps their fds (only the fds, so the
@@ -370,9 +376,33 @@ struct gpck_pool_rep {
  * window open, -EMFILE when the fds did not fit); the pool is untouched
  * either way. A RESUME, a SUSPEND_POOL without GPCK_SUSPEND_HOLD_PEER, or
  * the holder leaving drops them too. */
+/* GPCK_PEER_INTO_POOL: the other way, for a pool remapped after a
+ * suspend whose peer hold was dropped (GPCK_DROP_HELD) while the sender
+ * kept its own copies of the fds (checkpoint --leave-running: CRIU cannot
+ * dump a process holding them). Sent by the holder of the gate after
+ * REMAP_POOL: copies the memory behind fds into chunks [first, first +
+ * count) of the last hold's chunks (the same addresses the pool has again;
+ * -ESTALE otherwise), and keeps no fd. With GPCK_PEER_COMPLETES the data is
+ * all in, as with GPCK_COPY_COMPLETES. */
+#define GPCK_PEER_INTO_POOL 1u
+#define GPCK_PEER_COMPLETES 2u
+/* GPCK_PEER_MIRROR: maps the memory behind fds, read only for the shim's
+ * copies out (GPCK_COPY_FROM_MIRROR), at the relative places the last
+ * hold's chunks [first, first + count) had; keeps no fd (the mappings keep
+ * the memory). Any time the pool runs, no gate needed; first 0 starts a new
+ * mirror. The mirror goes when its sender leaves, or at the next hold. */
+#define GPCK_PEER_MIRROR 4u
+/* GPCK_PEER_ADOPT: while suspended with no hold (after GPCK_DROP_HELD), the
+ * shim takes the fds back as the hold of the last hold's chunks [first,
+ * first + count), without copying: the sender could not copy them back in
+ * and leaves the process suspended with its data on the GPU, for the next
+ * REMAP_POOL to map. In order from first 0; sent without fds first, it makes
+ * room for them as a hold does. -EBUSY unless suspended. */
+#define GPCK_PEER_ADOPT 8u
+
 struct gpck_peer_req {
     uint32_t device;           /* the pool's device ordinal (slice) */
-    uint32_t reserved;
+    uint32_t flags;            /* 0: hold (above); GPCK_PEER_INTO_POOL, GPCK_PEER_MIRROR or GPCK_PEER_ADOPT */
     uint64_t first;
 };
 

@@ -26,6 +26,25 @@ struct held_slice {
 };
 
 static struct held_slice held[GP_POOL_MAX_DEVICES];
+
+/* The last hold's chunks of each device, in address order: kept after the
+ * fds go, until the next hold of that device (see peer_hold.h). */
+struct hold_layout {
+    uint64_t *addrs;
+    size_t n;
+};
+static struct hold_layout last_hold[GP_POOL_MAX_DEVICES];
+
+/* A device's mirror: the last hold's memory mapped in a range of its own,
+ * chunk k at base + (addrs[k] - addrs[0]); handles[k] 0 where not mapped. */
+struct mirror_slice {
+    CUdeviceptr base;
+    uint64_t span;
+    CUmemGenericAllocationHandle *handles;
+    size_t n;
+};
+static struct mirror_slice mirror[GP_POOL_MAX_DEVICES];
+static void mirror_drop(int device);
 /* The application's soft fd limit before gp_peer_make_room raised it (0:
  * not raised); put back once the held fds are closed, on whichever thread
  * closes them. */
@@ -159,6 +178,49 @@ bool gp_peer_held_complete(void)
     return any;
 }
 
+/* Where the i-th of a set of chunks goes in a range at va: side by side
+ * without addrs, else where addrs[i] lies relative to origin. */
+static CUdeviceptr place_of(CUdeviceptr va, const uint64_t *addrs, uint64_t origin, size_t i)
+{
+    return va + (addrs ? addrs[i] - origin : i * gp_pool_config()->chunk_size);
+}
+
+/* Imports fds[0, n) and maps fds[i] at place_of(va, addrs, origin, i),
+ * setting handles[i]; *mapped counts those mapped, which the caller unmaps
+ * and releases (unmap_all) whatever the result. */
+static CUresult import_at(CUdeviceptr va, const uint64_t *addrs, uint64_t origin, const int *fds, size_t n,
+                          CUmemGenericAllocationHandle *handles, size_t *mapped)
+{
+    uint64_t cs = gp_pool_config()->chunk_size;
+    CUresult r = CUDA_SUCCESS;
+    for (*mapped = 0; r == CUDA_SUCCESS && *mapped < n;) {
+        size_t i = *mapped;
+        r = GP_REAL(cuMemImportFromShareableHandle)(&handles[i], (void *)(intptr_t)fds[i],
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r == CUDA_SUCCESS && (r = GP_REAL(cuMemMap)(place_of(va, addrs, origin, i), cs, 0, handles[i], 0)) != CUDA_SUCCESS)
+            GP_REAL(cuMemRelease)(handles[i]);
+        if (r != CUDA_SUCCESS)
+            handles[i] = 0; /* not mapped: unmap_all skips it */
+        else
+            (*mapped)++;
+    }
+    return r;
+}
+
+/* Undoes import_at for the n handles given (0 entries skipped). */
+static void unmap_all(CUdeviceptr va, const uint64_t *addrs, uint64_t origin, CUmemGenericAllocationHandle *handles,
+                      size_t n)
+{
+    uint64_t cs = gp_pool_config()->chunk_size;
+    for (size_t i = 0; i < n; i++) {
+        if (!handles[i])
+            continue;
+        GP_REAL(cuMemUnmap)(place_of(va, addrs, origin, i), cs);
+        GP_REAL(cuMemRelease)(handles[i]);
+        handles[i] = 0;
+    }
+}
+
 /* Imports fds[0, n) side by side in a scratch range that device may use,
  * and copies between them and the pool's chunks at addrs: into the held
  * memory (to_held) or out of it. The imports go again afterwards; the fds
@@ -178,17 +240,8 @@ static int copy_chunks(int device, const uint64_t *addrs, const int *fds, size_t
     CUresult r = GP_REAL(cuMemAddressReserve)(&scratch, n * cs, cs, 0, 0);
     if (r != CUDA_SUCCESS)
         scratch = 0;
-    while (r == CUDA_SUCCESS && mapped < n) {
-        r = GP_REAL(cuMemImportFromShareableHandle)(&handles[mapped], (void *)(intptr_t)fds[mapped],
-                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        if (r != CUDA_SUCCESS)
-            break;
-        r = GP_REAL(cuMemMap)(scratch + mapped * cs, cs, 0, handles[mapped], 0);
-        if (r != CUDA_SUCCESS)
-            GP_REAL(cuMemRelease)(handles[mapped]);
-        else
-            mapped++;
-    }
+    else
+        r = import_at(scratch, NULL, 0, fds, n, handles, &mapped);
     CUmemAccessDesc access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, device },
                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
     if (r == CUDA_SUCCESS)
@@ -208,10 +261,7 @@ static int copy_chunks(int device, const uint64_t *addrs, const int *fds, size_t
         r = r == CUDA_SUCCESS ? s : r;
         GP_REAL(cuStreamDestroy_v2)(stream);
     }
-    if (mapped)
-        GP_REAL(cuMemUnmap)(scratch, mapped * cs);
-    for (size_t i = 0; i < mapped; i++)
-        GP_REAL(cuMemRelease)(handles[i]);
+    unmap_all(scratch, NULL, 0, handles, mapped);
     if (scratch)
         GP_REAL(cuMemAddressFree)(scratch, n * cs);
     free(handles);
@@ -243,10 +293,17 @@ int gp_peer_hold(int device, uint64_t first, const int *fds, uint32_t count, uin
         err = -EINVAL;
     if (!err)
         err = copy_chunks(device, addrs + first, fds, count, true, cu_err);
-    free(addrs);
     if (err) {
+        free(addrs);
         gp_peer_drop();
         return err;
+    }
+    if (first == 0) { /* a new hold of device: its layout replaces the last one's */
+        mirror_drop(device);
+        free(last_hold[device].addrs);
+        last_hold[device] = (struct hold_layout){ addrs, n };
+    } else {
+        free(addrs);
     }
     memcpy(h->fds + first, fds, count * sizeof(*fds));
     h->filled += count;
@@ -316,5 +373,141 @@ int gp_peer_remap(uint64_t *bytes_mapped, uint64_t *bytes_copied, CUresult *cu_e
         return err;
     }
     drop_later();
+    return 0;
+}
+
+/* The last hold of device, checked to cover chunks [first, first + count). */
+static const struct hold_layout *last_hold_of(int device, uint64_t first, uint32_t count)
+{
+    const struct gp_pool_config *cfg = gp_pool_config();
+    if (!cfg || device < 0 || device >= cfg->device_count || !count)
+        return NULL;
+    const struct hold_layout *l = &last_hold[device];
+    return l->addrs && first < l->n && count <= l->n - first ? l : NULL;
+}
+
+int gp_peer_copy_in(int device, uint64_t first, const int *fds, uint32_t count, uint64_t *bytes, CUresult *cu_err)
+{
+    const struct hold_layout *l = last_hold_of(device, first, count);
+    if (!l)
+        return -EINVAL;
+    /* The remap gives the chunks in use back at their addresses; anything
+     * else is not the pool the hold copied. */
+    uint64_t *now = malloc(l->n * sizeof(*now));
+    if (!now)
+        return -ENOMEM;
+    bool same = gp_pool_chunks_in_use(device, now, l->n) == l->n && !memcmp(now, l->addrs, l->n * sizeof(*now));
+    free(now);
+    if (!same)
+        return -ESTALE;
+    int err = copy_chunks(device, l->addrs + first, fds, count, false, cu_err);
+    *bytes = err ? 0 : count * gp_pool_config()->chunk_size;
+    return err;
+}
+
+static void mirror_drop(int device)
+{
+    struct mirror_slice *m = &mirror[device];
+    if (!m->base)
+        return;
+    CUresult unused;
+    gp_contexts_use_primary(device, &unused);
+    const struct hold_layout *l = &last_hold[device];
+    unmap_all(m->base, l->addrs, l->addrs[0], m->handles, m->n);
+    GP_REAL(cuMemAddressFree)(m->base, m->span);
+    free(m->handles);
+    *m = (struct mirror_slice){ 0 };
+}
+
+void gp_peer_mirror_drop(void)
+{
+    for (int d = 0; d < GP_POOL_MAX_DEVICES; d++)
+        mirror_drop(d);
+}
+
+int gp_peer_mirror(int device, uint64_t first, const int *fds, uint32_t count, uint64_t *bytes, CUresult *cu_err)
+{
+    const struct hold_layout *l = last_hold_of(device, first, count);
+    if (!l)
+        return -EINVAL;
+    struct mirror_slice *m = &mirror[device];
+    uint64_t cs = gp_pool_config()->chunk_size;
+    if (first == 0)
+        mirror_drop(device);
+    else if (!m->base || m->n != l->n)
+        return -EINVAL;
+    int err = gp_contexts_use_primary(device, cu_err);
+    if (err)
+        return err;
+    CUresult r = CUDA_SUCCESS;
+    if (!m->base) {
+        m->n = l->n;
+        m->span = l->addrs[l->n - 1] + cs - l->addrs[0];
+        m->handles = calloc(l->n, sizeof(*m->handles));
+        if (!m->handles) {
+            *m = (struct mirror_slice){ 0 };
+            return -ENOMEM;
+        }
+        r = GP_REAL(cuMemAddressReserve)(&m->base, m->span, cs, 0, 0);
+        if (r != CUDA_SUCCESS) {
+            free(m->handles);
+            *m = (struct mirror_slice){ 0 };
+            return cu_errno(r, cu_err);
+        }
+    }
+    size_t mapped;
+    r = import_at(m->base, l->addrs + first, l->addrs[0], fds, count, m->handles + first, &mapped);
+    CUmemAccessDesc access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, device },
+                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    for (uint32_t i = 0; r == CUDA_SUCCESS && i < count; i++)
+        r = GP_REAL(cuMemSetAccess)(place_of(m->base, l->addrs + first, l->addrs[0], i), cs, &access, 1);
+    if (r != CUDA_SUCCESS) {
+        mirror_drop(device);
+        return cu_errno(r, cu_err);
+    }
+    *bytes = count * cs;
+    return 0;
+}
+
+int gp_peer_mirror_at(int device, uint64_t addr, uint64_t len, uint64_t *at)
+{
+    if (device < 0 || device >= GP_POOL_MAX_DEVICES || !mirror[device].base || !len)
+        return -EFAULT;
+    const struct mirror_slice *m = &mirror[device];
+    const struct hold_layout *l = &last_hold[device];
+    uint64_t cs = gp_pool_config()->chunk_size;
+    if (addr < l->addrs[0] || addr - l->addrs[0] >= m->span || len > m->span - (addr - l->addrs[0]))
+        return -EFAULT;
+    /* Every chunk the range touches must be one the mirror maps. */
+    size_t k = 0;
+    for (uint64_t c = addr - (addr - l->addrs[0]) % cs; c < addr + len; c += cs) {
+        while (k < l->n && l->addrs[k] < c)
+            k++;
+        if (k == l->n || l->addrs[k] != c || !m->handles[k])
+            return -EFAULT;
+    }
+    *at = m->base + (addr - l->addrs[0]);
+    return 0;
+}
+
+int gp_peer_adopt(int device, uint64_t first, const int *fds, uint32_t count, uint64_t *chunks_held)
+{
+    const struct hold_layout *l = last_hold_of(device, first, count);
+    if (!l)
+        return -EINVAL;
+    struct held_slice *h = &held[device];
+    if (first == 0)
+        drop_slice(h);
+    if (first != h->filled)
+        return -EINVAL;
+    if (!h->fds) {
+        h->fds = malloc(l->n * sizeof(*h->fds));
+        if (!h->fds)
+            return -ENOMEM;
+        h->count = l->n;
+    }
+    memcpy(h->fds + first, fds, count * sizeof(*fds));
+    h->filled += count;
+    *chunks_held = h->filled;
     return 0;
 }

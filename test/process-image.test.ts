@@ -38,10 +38,13 @@ describe('whole-process checkpoint', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
-  it('a dump failing midway: the process resumes and no image is left', async () => {
+  it.each([
+    ['the process resumes', 'failed', []],
+    ['with --leave-running (the pool copied on its GPU), the process runs on', 'failed-left-running', ['--leave-running']],
+  ])('a dump failing midway: %s with its data, and no image is left', async (_, name, extra) => {
     const { app, ready } = await start();
-    const out = box.path('failed');
-    const r = cli(['checkpoint', String(app.pid), '-o', out], { FAKE_CRIU_FAIL: 'dump' });
+    const out = box.path(name);
+    const r = cli(['checkpoint', String(app.pid), '-o', out, ...extra], { FAKE_CRIU_FAIL: 'dump' });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`^gpuckpt: criu dump of process ${app.pid} failed: .*injected dump failure.*; process ${app.pid} resumed`));
     oneLine(r.stderr);
@@ -67,6 +70,52 @@ describe('whole-process checkpoint', () => {
     const again = cli(['restore', out]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(new RegExp(`^gpuckpt: process ${app.pid} is running: CRIU restores a process under its own PID`));
+  });
+
+  it('--leave-running copies the pool on its GPU for the pause: the image holds the pool as it was then, and the process carries on', async () => {
+    const { app, ready } = await start();
+    const out = box.path('on-gpu');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running', '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const s = json<any>(r.stdout);
+    expect(s).toMatchObject({ route: 'gpu', leftRunning: true });
+    expect(s.pauseSeconds).toBeGreaterThan(0);
+    expect(Object.keys(s.phases)).toEqual(expect.arrayContaining(['copy', 'digest', 'release', 'driverCheckpoint', 'dump', 'remap', 'copyBack', 'reopen']));
+    expect(readdirSync(out).sort()).toEqual(['criu', 'gpu-needs.json', 'manifest', 'pool.zst']);
+    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toMatchObject({ pid: app.pid, leaveRunning: 1 });
+    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    // What the image holds is the pool at the pause, not what the process did after.
+    const changed = (await app.command('mutate')).buffers;
+    expect(sameBuffers(changed, ready.buffers)).toBe(false);
+    expect(cli(['restore', out, '--into', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('--leave-running without room on the GPU for a copy goes through host memory, and says why', async () => {
+    const { app, ready } = await start();
+    const out = box.path('no-room-for-a-copy');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running', '--json'], { FAKE_NVML_FREE_MIB: '1536' });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(json<any>(r.stdout)).toMatchObject({ route: 'host', whyThroughHost: expect.stringMatching(/has 1\.50 GiB free, not room for a copy of 64\.0 MiB and 4\.00 GiB to spare/) });
+    expect(json<any>(r.stdout).pauseSeconds).toBeGreaterThan(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    await app.command('mutate');
+    expect(cli(['restore', out, '--into', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
+  it('--leave-running whose copy back fails: the shim takes the copy back, the process resumes from it with its data, no image', async () => {
+    const { app, ready } = await start();
+    const out = box.path('copy-back-failed');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running'], { GPUCKPT_TEST_FAULT: 'copy-back' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: injected fault at copy-back .*; process ${app.pid} resumed from its pool's copy on the GPU; no image written\n$`));
+    oneLine(r.stderr);
+    await expectNoImageStillRunning(app, ready, out);
   });
 
   it('the host memory a suspend kept for the next one is not dumped with the process', async () => {

@@ -103,7 +103,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return true;
     }
     case GPCK_PEER_HOLD:
-      Append(out, gpck_peer_req{static_cast<uint32_t>(ToU64(args.Get("device"))), 0, ToU64(args.Get("first"))});
+      Append(out, gpck_peer_req{static_cast<uint32_t>(ToU64(args.Get("device"))), static_cast<uint32_t>(ToU64(args.Get("flags"))),
+                                ToU64(args.Get("first"))});
       return true;
     default:
       err = "unknown request type " + std::to_string(type);

@@ -729,11 +729,35 @@ static void exported_chunks(uint64_t chunk, int *fds, int n)
     }
 }
 
-static int peer_hold(int fd, uint64_t first, const int *fds, uint32_t n, struct gpck_peer_rep *rep)
+static int peer_request(int fd, uint32_t flags, uint64_t first, const int *fds, uint32_t n, struct gpck_peer_rep *rep)
 {
-    struct gpck_peer_req req = { .device = 0, .first = first };
+    struct gpck_peer_req req = { .device = 0, .flags = flags, .first = first };
     CHECK(send_with_fds(fd, GPCK_PEER_HOLD, 30, &req, sizeof(req), fds, n) == 0);
     return recv_status(fd, rep, rep ? sizeof(*rep) : 0);
+}
+
+static int peer_hold(int fd, uint64_t first, const int *fds, uint32_t n, struct gpck_peer_rep *rep)
+{
+    return peer_request(fd, 0, first, fds, n, rep);
+}
+
+/* A client after its hello; n: device 0's chunks in use (1 to 7), with
+ * n + extra exported chunks in f; before: the shim's device memfds then. */
+struct peer_client {
+    int fd, pid, n, before;
+    struct gpck_hello_rep hello;
+};
+
+static struct peer_client peer_client(int extra, int *f)
+{
+    struct peer_client p = { .fd = connect_shim() };
+    CHECK(say_hello(p.fd, &p.hello) == 0);
+    p.pid = (int)p.hello.pid;
+    p.n = (int)status_of(p.fd).devices[0].chunks_in_use;
+    CHECK(p.n >= 1 && p.n + extra <= 8);
+    exported_chunks(p.hello.chunk_size, f, p.n + extra);
+    p.before = device_memfds_of(p.pid);
+    return p;
 }
 
 /* A migrate's peer hold (GPCK_PEER_HOLD) is refused without the gate, out
@@ -745,14 +769,10 @@ static int peer_hold(int fd, uint64_t first, const int *fds, uint32_t n, struct 
  * the shim keeps no fd of the held memory afterwards. */
 static void test_peer_hold(void)
 {
-    int fd = connect_shim();
-    struct gpck_hello_rep hello_rep;
-    CHECK(say_hello(fd, &hello_rep) == 0);
-    int pid = (int)hello_rep.pid, n = (int)status_of(fd).devices[0].chunks_in_use;
-    CHECK(n >= 1 && n < 8);
     int f[8];
-    exported_chunks(hello_rep.chunk_size, f, n + 1);
-    int before = device_memfds_of(pid);
+    struct peer_client p = peer_client(1, f);
+    int fd = p.fd, pid = p.pid, n = p.n, before = p.before;
+    struct gpck_hello_rep hello_rep = p.hello;
     struct gpck_quiesce_req q = { 60000, 0 };
     struct gpck_suspend_req sr = { .flags = GPCK_SUSPEND_HOLD_PEER };
     strcpy(sr.image, "/tmp/held-on-a-gpu");
@@ -802,6 +822,67 @@ static void test_peer_hold(void)
     for (int i = 0; i <= n; i++)
         close(f[i]);
     close(fd);
+}
+
+/* checkpoint --leave-running's copy on the GPU: the hold is dropped while
+ * suspended (the sender keeps its fds), copied back in after the remap
+ * (only by the gate's holder, during a resume), mapped as a mirror while
+ * the pool runs, and taken back uncopied (adopt) only while suspended; the
+ * flags combine one way at most, COMPLETES with INTO_POOL only. */
+static void test_peer_copy_rules(void)
+{
+    int f[8];
+    struct peer_client p = peer_client(0, f);
+    int fd = p.fd, pid = p.pid, n = p.n, before = p.before;
+    struct gpck_hello_rep hello_rep = p.hello;
+    struct gpck_quiesce_req q = { 60000, 0 };
+    struct gpck_suspend_req sr = { .flags = GPCK_SUSPEND_HOLD_PEER };
+    strcpy(sr.image, "/tmp/held-on-the-same-gpu");
+    struct gpck_suspend_req drop = { 0 };
+    strcpy(drop.image, "/tmp/kept-by-the-controller");
+    struct gpck_peer_rep pr;
+    struct gpck_pool_rep pool;
+
+    CHECK(peer_request(fd, GPCK_PEER_INTO_POOL | GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EINVAL);
+    CHECK(peer_request(fd, GPCK_PEER_MIRROR | GPCK_PEER_COMPLETES, 0, f, (uint32_t)n, NULL) == -EINVAL);
+    CHECK(peer_request(fd, 16, 0, f, (uint32_t)n, NULL) == -EINVAL);
+    CHECK(peer_request(fd, GPCK_PEER_ADOPT, 0, f, (uint32_t)n, NULL) == -EBUSY); /* not suspended */
+    send_msg(fd, GPCK_QUIESCE, 2, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(peer_request(fd, GPCK_PEER_INTO_POOL, 0, f, (uint32_t)n, NULL) == -EPERM); /* no resume under way */
+    CHECK(peer_hold(fd, 0, f, (uint32_t)n, &pr) == 0 && pr.chunks_held == (uint64_t)n);
+    send_msg(fd, GPCK_SUSPEND_POOL, 3, &sr, sizeof(sr));
+    CHECK(recv_status(fd, &pool, sizeof(pool)) == 0);
+    int suspended = device_memfds_of(pid);
+    CHECK(peer_request(fd, GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EPERM); /* suspended */
+    send_msg(fd, GPCK_DROP_HELD, 4, &drop, sizeof(drop));                         /* the shim lets its fds go */
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(device_memfds_of(pid) == suspended - n);
+    struct gpck_status_rep st = status_of(fd);
+    CHECK(st.pool_state == GPCK_POOL_SUSPENDED && strcmp(st.held_image, drop.image) == 0);
+    send_msg(fd, GPCK_REMAP_POOL, 5, NULL, 0); /* fresh memory: nothing held */
+    CHECK(recv_status(fd, &pool, sizeof(pool)) == 0 && pool.bytes_copied == 0);
+    CHECK(peer_request(fd, GPCK_PEER_INTO_POOL, 1, f, (uint32_t)n, NULL) == -EINVAL); /* beyond the hold's chunks */
+    CHECK(peer_request(fd, GPCK_PEER_INTO_POOL | GPCK_PEER_COMPLETES, 0, f, (uint32_t)n, &pr) == 0);
+    CHECK(pr.bytes == (uint64_t)n * hello_rep.chunk_size);
+    send_msg(fd, GPCK_RESUME, 6, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(device_memfds_of(pid) == before); /* copied back, no fd kept */
+
+    /* Mirrored while the pool runs, and gone with the client that made it. */
+    CHECK(peer_request(fd, GPCK_PEER_MIRROR, 1, f, 1, NULL) == -EINVAL); /* out of order */
+    CHECK(peer_request(fd, GPCK_PEER_MIRROR, 0, f, (uint32_t)n, &pr) == 0);
+    CHECK(device_memfds_of(pid) == before + n);
+    int other = connect_shim();
+    CHECK(hello(other) == 0);
+    CHECK(peer_request(other, GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EBUSY); /* another's mirror */
+    close(other);
+    close(fd);
+    for (int i = 0; i < 200 && device_memfds_of(pid) != before; i++)
+        usleep(10000);
+    CHECK(device_memfds_of(pid) == before);
+    for (int i = 0; i < n; i++)
+        close(f[i]);
 }
 
 /* A client that disconnects while holding the gate releases it at once. */
@@ -952,6 +1033,7 @@ int main(int argc, char **argv)
     RUN(test_zero_fill);
     RUN(test_given_staging);
     RUN(test_peer_hold);
+    RUN(test_peer_copy_rules);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
 }

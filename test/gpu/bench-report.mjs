@@ -33,6 +33,8 @@ const ROWS = [
   ['… the same without the driver warm-up', 'resume_command_no_warmup_s', undefined, 's', {}],
   ['migrate to GPU 1: downtime', 'migrate_downtime_s', undefined, 's', { 'pool-16g': 1.0 }],
   ['… the same through host memory (--via-host)', 'migrate_via_host_downtime_s', undefined, 's', {}],
+  ['checkpoint --leave-running: application pause (anchor: driver checkpoint, criu dump --leave-running, driver restore)', 'leave_running_pause_s', 'anchor_leave_running_pause_s', 's', { torch: 2 }],
+  ['checkpoint --leave-running: image durable', 'leave_running_durable_s', undefined, 's', {}],
   ['checkpoint --gpu-only: application pause', 'gpu_only_pause_s', undefined, 's', {}],
   ['checkpoint --gpu-only: image durable', 'gpu_only_durable_s', undefined, 's', {}],
   ['checkpoint --gpu-only: image on disk', 'gpu_only_image_bytes', undefined, 'GB', {}],
@@ -158,6 +160,7 @@ function table(name, r) {
   }
   const phases = [
     phaseLine(r, 'ckpt.', "Where a whole-process checkpoint's time goes after the GPU is free"),
+    phaseLine(r, 'leave_running.', "Where checkpoint --leave-running's time goes (the application is paused from quiesce to reopen)"),
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
     phaseLine(r, 'suspend_again.', "Where a second suspend's time goes"),
     phaseLine(r, 'resume.', "Where resume's time goes"),

@@ -360,6 +360,26 @@ async function benchWorkload(h, runs, w) {
         add('migrate_via_host_back_downtime_s', hostBack.downtimeSeconds);
       }
 
+      // checkpoint --leave-running: how long the application stops, and
+      // when the image is durable; then the anchor's equivalent (driver
+      // checkpoint, criu dump --leave-running, driver restore).
+      const left = path.join(p.dir, `left-${i}`);
+      const lr = await h.cliJson(['checkpoint', String(pid), '-o', left, '--leave-running', '--json'], 600_000);
+      await w.verify(p, ready, `${round}: after checkpoint --leave-running`);
+      if (lr.route !== 'gpu') h.say(`# ${round}: checkpoint --leave-running went through host memory: ${lr.whyThroughHost}`);
+      add('leave_running_on_gpu', lr.route === 'gpu' ? 1 : 0);
+      add('leave_running_pause_s', lr.pauseSeconds);
+      add('leave_running_durable_s', lr.seconds);
+      add('leave_running_image_bytes', du(left));
+      for (const [k, v] of Object.entries(lr.phases ?? {})) add(`leave_running.${k}_s`, v);
+      fs.rmSync(left, { recursive: true, force: true });
+      const leftAnchor = path.join(p.dir, `left-anchor-${i}`);
+      fs.mkdirSync(leftAnchor);
+      const aPause = driver(pid, 'lock') + driver(pid, 'checkpoint') + criu(['dump', '-t', String(pid), '-D', leftAnchor, '-o', 'dump.log', '--leave-running']) + driver(pid, 'restore') + driver(pid, 'unlock');
+      add('anchor_leave_running_pause_s', aPause);
+      await w.verify(p, ready, `${round}: after the anchor's checkpoint --leave-running`);
+      fs.rmSync(leftAnchor, { recursive: true, force: true });
+
       const img = path.join(p.dir, `proc-${i}`);
       const ck = await h.cliJson(['checkpoint', String(pid), '-o', img, '--json'], 600_000);
       await gone(pid);

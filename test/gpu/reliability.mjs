@@ -127,6 +127,19 @@ export async function runReliability(h) {
     return `checkpoint failed in one line after the driver had checkpointed the process (${quote(line)}); no image; the process runs with its data`;
   });
 
+  await test('faults/leave-running', async () => {
+    const { app, R, pid } = await start('faults/leave-running');
+    const out = snapPath('leave-running');
+    const args = ['checkpoint', pid, '-o', out, '--leave-running', '--criu', FAKE_CRIU];
+    const dump = failsInOneLine(await gpuckpt(args, { FAKE_CRIU_FAIL: 'dump' }), /criu dump of process \d+ failed: .*resumed/, 'criu dump (copy on the GPU)');
+    noImage(out, 'criu dump (copy on the GPU)');
+    await runsWith(app, R, 'after a failed CRIU dump of a checkpoint --leave-running');
+    const back = failsInOneLine(await gpuckpt(args, { GPUCKPT_TEST_FAULT: 'copy-back' }), /resumed from its pool's copy on the GPU; no image written/, 'copy back');
+    noImage(out, 'copy back');
+    await runsWith(app, R, 'after a failed copy back of a checkpoint --leave-running');
+    return `checkpoint --leave-running (pool copied on the GPU) failed in one line at the dump (${quote(dump)}) and at the copy back (${quote(back)}); no image; the process runs with its data`;
+  });
+
   // --------------------------------------------------------- restore steps --
 
   /** An application at R with an image of R, then mutated to M. */

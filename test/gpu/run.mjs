@@ -757,7 +757,9 @@ async function processScenario(name, prog) {
     const m = {};
     const ckA = await cliJson(['checkpoint', String(pid), '-o', path.join(dir, 'A'), '--leave-running', '--json'], 300_000);
     expectSame((await send('state', 'state')).buffers, R, 'state after checkpoint --leave-running');
+    if (ckA.route !== 'gpu') throw failure(`checkpoint --leave-running went through host memory: ${ckA.whyThroughHost}`);
     m.leave_running_s = ckA.seconds;
+    m.leave_running_pause_s = ckA.pauseSeconds;
     const ckB = await cliJson(['checkpoint', String(pid), '-o', path.join(dir, 'B'), '--json'], 300_000);
     for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
     if (alive(pid)) throw failure(`process ${pid} still runs after a checkpoint without --leave-running`);
@@ -965,7 +967,7 @@ async function jobProcessScenario(name, job) {
   const ref = new App(`${name}/reference`, py, [script]);
   if ((await ref.next('ready', 240_000)).event !== 'ready') throw failure('reference run did not start');
   const want = [];
-  for (let i = 0; i < 3; i++) want.push(...(await ref.send(`train ${steps}`, 'trained', 300_000)).losses);
+  for (let i = 0; i < 4; i++) want.push(...(await ref.send(`train ${steps}`, 'trained', 300_000)).losses);
   await ref.quit();
 
   const p = launchViaFifo(py, [script]);
@@ -987,6 +989,22 @@ async function jobProcessScenario(name, job) {
     const pid = ready.pid;
     const got = [...(await p.send(`train ${steps}`, 'trained', 300_000)).losses];
     const m = {};
+    const sameAs = (losses, from, what) => {
+      const d = losses.findIndex((l, i) => l !== want[from + i]);
+      if (d >= 0) throw failure(`${what}: loss ${from + d} differs: ${losses[d]} vs ${want[from + d]} uninterrupted`);
+    };
+
+    // checkpoint --leave-running: the job trains on after a short pause;
+    // killed, it comes back from that image where the pause was.
+    const left = path.join(p.dir, 'left-running');
+    const lr = await cliJson(['checkpoint', String(pid), '-o', left, '--leave-running', '--json'], 600_000);
+    if (lr.route !== 'gpu') throw failure(`checkpoint --leave-running went through host memory: ${lr.whyThroughHost}`);
+    sameAs((await p.send(`train ${steps}`, 'trained', 300_000)).losses, got.length, 'training on after checkpoint --leave-running');
+    process.kill(pid, 'SIGKILL');
+    await waitGone(pid);
+    await cliJson(['restore', left, '--detach', '--json'], 600_000);
+    got.push(...(await p.send(`train ${steps}`, 'trained', 300_000)).losses);
+    Object.assign(m, { leave_running_pause_s: lr.pauseSeconds, leave_running_s: lr.seconds });
 
     const ours = path.join(p.dir, 'gpuckpt');
     const ck = await cliJson(['checkpoint', String(pid), '-o', ours, '--json'], 600_000);
@@ -1016,7 +1034,7 @@ async function jobProcessScenario(name, job) {
     const diff = want.findIndex((l, i) => got[i] !== l);
     if (diff >= 0 || got.length !== want.length) throw failure(`loss ${diff} differs: ${got[diff]} vs ${want[diff]} uninterrupted`);
     measure(name, m);
-    return `${want.length} steps: after a gpuckpt checkpoint + restore and after the anchor's, the loss trajectory is bit-identical to an uninterrupted run (checkpoint ${fmt(ck.seconds)} s vs anchor ${fmt(anchorCk)} s)`;
+    return `${want.length} steps: after a checkpoint --leave-running (paused ${fmt(lr.pauseSeconds)} s, pool copied on the GPU) both the job training on and the image restored after a kill, after a gpuckpt checkpoint + restore and after the anchor's, the loss trajectory is bit-identical to an uninterrupted run (checkpoint ${fmt(ck.seconds)} s vs anchor ${fmt(anchorCk)} s)`;
   } finally {
     p.close();
   }
