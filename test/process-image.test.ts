@@ -39,14 +39,15 @@ describe('whole-process checkpoint', () => {
   });
 
   it.each([
-    ['the process resumes', 'failed', []],
-    ['with --leave-running (the pool copied on its GPU), the process runs on', 'failed-left-running', ['--leave-running']],
-  ])('a dump failing midway: %s with its data, and no image is left', async (_, name, extra) => {
+    ['a dump failing midway: the process resumes', 'failed', [], { FAKE_CRIU_FAIL: 'dump' }, 'criu dump of process PID failed: .*injected dump failure.*; process PID resumed'],
+    ['a dump failing midway with --leave-running (the pool copied on its GPU): the process runs on', 'failed-left-running', ['--leave-running'], { FAKE_CRIU_FAIL: 'dump' }, 'criu dump of process PID failed: .*injected dump failure.*; process PID resumed'],
+    ["the driver's checkpoint failing with --leave-running (the pool copied on its GPU): the process resumes from the copy", 'driver-failed-left-running', ['--leave-running'], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessCheckpoint:1' }, 'suspend failed, process PID resumed: driver checkpoint of process PID failed'],
+  ])('%s with its data, and no image is left', async (_, name, extra, env, message) => {
     const { app, ready } = await start();
     const out = box.path(name);
-    const r = cli(['checkpoint', String(app.pid), '-o', out, ...extra], { FAKE_CRIU_FAIL: 'dump' });
+    const r = cli(['checkpoint', String(app.pid), '-o', out, ...extra], env);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: criu dump of process ${app.pid} failed: .*injected dump failure.*; process ${app.pid} resumed`));
+    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: ${message.replaceAll('PID', String(app.pid))}`));
     oneLine(r.stderr);
     await expectNoImageStillRunning(app, ready, out);
   });
