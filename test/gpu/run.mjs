@@ -1391,6 +1391,11 @@ async function main() {
   // pool_fill's mixed content: a third of it all-zero 256 KiB regions, which stay on the GPU.
   await test('suspend/zeros', needCli(() => suspendScenario('suspend/zeros', 'pool_fill', ['1'], gpus, 1)));
   await test('process', needCli(() => processScenario('process', 'static_cudart')));
+  // A pool on two GPUs: checkpoint --leave-running copies and copies back each GPU's part on that GPU.
+  await test('process/two_gpu', async () => {
+    if (twoSkipped) throw new Skip(twoSkipped);
+    return needCli(() => processScenario('process/two_gpu', 'two_gpu'))();
+  });
   await test('process/failures', needCli(() => processFailuresScenario('process/failures')));
   await test('process/terminal', needCli(() => terminalScenario('process/terminal')));
   if (['incremental'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
