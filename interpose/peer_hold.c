@@ -478,14 +478,20 @@ int gp_peer_mirror_at(int device, uint64_t addr, uint64_t len, uint64_t *at)
     uint64_t cs = gp_pool_config()->chunk_size;
     if (addr < l->addrs[0] || addr - l->addrs[0] >= m->span || len > m->span - (addr - l->addrs[0]))
         return -EFAULT;
-    /* Every chunk the range touches must be one the mirror maps. */
-    size_t k = 0;
-    for (uint64_t c = addr - (addr - l->addrs[0]) % cs; c < addr + len; c += cs) {
-        while (k < l->n && l->addrs[k] < c)
-            k++;
-        if (k == l->n || l->addrs[k] != c || !m->handles[k])
-            return -EFAULT;
+    /* Every chunk the range touches must be one the mirror maps: the first
+     * found by bisection (the addresses ascend), the rest adjacent to it. */
+    uint64_t first = addr - (addr - l->addrs[0]) % cs;
+    size_t lo = 0, hi = l->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (l->addrs[mid] < first)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
+    for (size_t k = lo; first + (k - lo) * cs < addr + len; k++)
+        if (k == l->n || l->addrs[k] != first + (k - lo) * cs || !m->handles[k])
+            return -EFAULT;
     *at = m->base + (addr - l->addrs[0]);
     return 0;
 }

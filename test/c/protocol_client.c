@@ -873,6 +873,27 @@ static void test_peer_copy_rules(void)
     CHECK(peer_request(fd, GPCK_PEER_MIRROR, 1, f, 1, NULL) == -EINVAL); /* out of order */
     CHECK(peer_request(fd, GPCK_PEER_MIRROR, 0, f, (uint32_t)n, &pr) == 0);
     CHECK(device_memfds_of(pid) == before + n);
+    /* Copies out of it need no gate, and only what it maps. */
+    struct gpck_staging_req staging = { .size = 1 << 20 };
+    send_msg(fd, GPCK_STAGING_MAP, 7, &staging, sizeof(staging));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    struct gpck_alloc_entry e;
+    CHECK(first_allocation(fd, &e));
+    uint8_t buf[sizeof(struct gpck_copy_req) + sizeof(struct gpck_copy_range)];
+    struct gpck_copy_req *cr = (void *)buf;
+    *cr = (struct gpck_copy_req){ .count = 1, .flags = GPCK_COPY_FROM_MIRROR };
+    uint64_t beyond = e.addr + (uint64_t)n * hello_rep.chunk_size; /* past the last chunk the hold had */
+    const struct { uint16_t type; uint64_t addr; int want; } copies[] = {
+        { GPCK_COPY_OUT, e.addr, 0 },
+        { GPCK_COPY_OUT, 0x1000, -EFAULT },
+        { GPCK_COPY_OUT, beyond, -EFAULT },
+        { GPCK_COPY_IN, e.addr, -EINVAL }, /* a mirror is read only */
+    };
+    for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++) {
+        cr->ranges[0] = (struct gpck_copy_range){ 0, 0, copies[i].addr, 4096, 0 };
+        send_msg(fd, copies[i].type, 8 + (uint32_t)i, buf, sizeof(buf));
+        CHECK(recv_status(fd, NULL, 0) == copies[i].want);
+    }
     int other = connect_shim();
     CHECK(hello(other) == 0);
     CHECK(peer_request(other, GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EBUSY); /* another's mirror */
