@@ -15,7 +15,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startTime } from './processes.js';
+import { runningStartTime, startTime } from './processes.js';
 import { holdBaseDir } from './run-dir.js';
 import { packageRoot } from '../native/index.js';
 
@@ -110,9 +110,19 @@ function readRecord(appPid: number): KeeperRecord | undefined {
   }
 }
 
-/** The PID of appPid's keeper on file, or undefined. */
+/** The record's keeper is still the process that was started, and has not ended (one that ended leaves its record behind, and may wait unreaped). */
+function stillRuns(rec: KeeperRecord): boolean {
+  return Number.isInteger(rec.pid) && rec.pid > 0 && runningStartTime(rec.pid) === rec.start;
+}
+
+/**
+ * The PID of appPid's keeper on file while it runs, or undefined. A keeper
+ * ends by itself with its process, leaving its record; a later process
+ * given the same PID must not be taken for that one's.
+ */
 export function driverKeeperPid(appPid: number): number | undefined {
-  return readRecord(appPid)?.pid;
+  const rec = readRecord(appPid);
+  return rec && stillRuns(rec) ? rec.pid : undefined;
 }
 
 /** Ends appPid's keeper, if one is on file and still the process that was started. */
@@ -120,7 +130,7 @@ export function endDriverKeeper(appPid: number): void {
   const rec = readRecord(appPid);
   if (!rec) return;
   rmSync(recordPath(appPid), { force: true });
-  if (Number.isInteger(rec.pid) && rec.pid > 0 && startTime(rec.pid) === rec.start) {
+  if (stillRuns(rec)) {
     try {
       process.kill(rec.pid, 'SIGTERM');
     } catch {

@@ -43,10 +43,21 @@ export function processUid(pid: number): number | undefined {
  * reused. undefined when there is no such process.
  */
 export function startTime(pid: number): string | undefined {
+  return statAfterName(pid)?.[19];
+}
+
+/** startTime of a process that has not ended: undefined for a zombie too (ended, not yet reaped). */
+export function runningStartTime(pid: number): string | undefined {
+  const fields = statAfterName(pid);
+  return fields && fields[0] !== 'Z' ? fields[19] : undefined;
+}
+
+/** /proc/PID/stat from field 3 (the state) on. */
+function statAfterName(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // The command name (field 2) may hold spaces and parentheses: the last ')' ends it.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return undefined;
   }

@@ -227,6 +227,9 @@ describe('the driver keeper', () => {
     expect(runs(keeper)).toBe(true);
     process.kill(app.pid, 'SIGKILL');
     expect(await eventually(() => !runs(keeper))).toBe(true);
+    // Its record stays behind, but names no keeper: a later process given
+    // the same PID is not taken to have one.
+    expect(driverKeeperPid(app.pid)).toBeUndefined();
   });
 
   it('--no-keep-driver leaves none, and a failed suspend ends the one it started', async () => {
