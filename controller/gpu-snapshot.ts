@@ -35,7 +35,7 @@ import { measureGpuNeeds, writeGpuNeeds, type GpuNeed } from './gpu-room.js';
 import { writeHeldLayout, type HeldLayout } from './held-memory.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import { tempDirName } from './image/temp-dirs.js';
-import { closeAll, holdOnGpus } from './peer-hold.js';
+import { closeAll, holdOnGpus, inBatches } from './peer-hold.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
 import { ShimSession } from './session.js';
 import { defaultHoldDir, freezeOrResume, resumeHalfSuspended, resumeProcess } from './suspend.js';
@@ -71,15 +71,6 @@ function whyNot(status: StatusReply, uuids: string[], chunk: bigint): string | u
     if (gpu.free < copy + keep) return `GPU ${gpu.uuid} has ${formatBytes(gpu.free)} free, not room for a copy of ${formatBytes(copy)} and ${formatBytes(keep)} to spare`;
   }
   return undefined;
-}
-
-/** Sends each device's fds in requests of at most GPCK_MAX_STAGING_FILES. */
-async function inBatches(fds: number[][], send: (device: number, first: number, batch: number[], last: boolean) => Promise<unknown>): Promise<void> {
-  const most = native().maxStagingFiles;
-  const used = fds.flatMap((list, device) => (list.length ? [device] : []));
-  for (const device of used)
-    for (let first = 0; first < fds[device].length; first += most)
-      await send(device, first, fds[device].slice(first, first + most), device === used.at(-1) && first + most >= fds[device].length);
 }
 
 /**

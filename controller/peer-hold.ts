@@ -58,6 +58,15 @@ export function closeAll(fds: number[][]): void {
   for (const list of fds) for (const fd of list.splice(0)) closeSync(fd);
 }
 
+/** Sends each ordinal's fds in requests of at most GPCK_MAX_STAGING_FILES, in order; last: the final request of all. */
+export async function inBatches(fds: number[][], send: (device: number, first: number, batch: number[], last: boolean) => Promise<unknown>): Promise<void> {
+  const most = native().maxStagingFiles;
+  const used = fds.flatMap((list, device) => (list.length ? [device] : []));
+  for (const device of used)
+    for (let first = 0; first < fds[device].length; first += most)
+      await send(device, first, fds[device].slice(first, first + most), device === used.at(-1) && first + most >= fds[device].length);
+}
+
 /**
  * Copies the pool into memory on the GPUs the process moves to and leaves
  * the process paused (the caller then suspends the pool with held 'peer');
@@ -100,9 +109,12 @@ export async function holdOnGpus(
     clock?.mark('quiesce');
     const c0 = performance.now();
     let copied = 0;
-    for (const w of now)
-      for (let first = 0; first < w.count; first += native().maxStagingFiles)
-        copied += (await session.peerHold(w.device, first, fds[w.device].slice(first, first + native().maxStagingFiles))).bytes;
+    // Each moving ordinal's fds are now its chunks in use; one whose chunks all went meanwhile gives its back.
+    const moved = new Set(now.map((w) => w.device));
+    fds.forEach((list, device) => moved.has(device) || closeAll([list]));
+    await inBatches(fds, async (device, first, batch) => {
+      copied += (await session.peerHold(device, first, batch)).bytes;
+    });
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
     const rawBytes = now.reduce((s, w) => s + Number(current.devices[w.device].bytesInUse), 0);

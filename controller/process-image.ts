@@ -80,7 +80,7 @@ export async function checkpointProcess(
   if (opts.leaveRunning && !opts.live) {
     const left = await checkpointLeavingRunning(pid, work, CRIU_DIR, criu, shellJob, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
-      writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify({ pid, shellJob, criuVersion: criu.version }), { mode: 0o600 });
+      writeProcessInfo(work, { pid, shellJob, criuVersion: criu.version });
       const s0 = performance.now();
       await makeDurable(work, pid, true);
       const syncSeconds = (performance.now() - s0) / 1000;
@@ -109,7 +109,7 @@ export async function checkpointProcess(
   try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
     criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, shellJob });
-    writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify({ pid, shellJob, criuVersion: criu.version }), { mode: 0o600 });
+    writeProcessInfo(work, { pid, shellJob, criuVersion: criu.version });
   } catch (e) {
     // The process is still there (frozen): bring it back, then drop the half
     // image (kept if the process could not come back: it holds its data).
@@ -144,6 +144,11 @@ export async function checkpointProcess(
     seconds: round((performance.now() - t0) / 1000),
     ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - suspended.pauseStartSeconds, 4), route: 'host' as const, whyThroughHost } : {}),
   };
+}
+
+/** What restore needs to know about the dump, beside CRIU's own files, in work's CRIU directory. */
+function writeProcessInfo(work: string, info: { pid: number; shellJob: boolean; criuVersion: string }): void {
+  writeFileSync(join(work, CRIU_DIR, PROCESS_INFO), JSON.stringify(info), { mode: 0o600 });
 }
 
 /** The complete image at work becomes target (replacing an image there with force). */

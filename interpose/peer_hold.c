@@ -118,6 +118,33 @@ static void drop_slice(struct held_slice *h)
     *h = (struct held_slice){ 0 };
 }
 
+/* Readies h for the fds of chunks [first, first + count) of a hold of n
+ * chunks: first 0 starts over; otherwise the hold must go on where it is,
+ * over as many chunks as it began with (-EINVAL: out of order, or the pool
+ * changed under it). */
+static int slice_ready(struct held_slice *h, uint64_t first, uint32_t count, size_t n)
+{
+    if (first == 0)
+        drop_slice(h);
+    if (first != h->filled || (h->fds && h->count != n) || first + count > n)
+        return -EINVAL;
+    if (!h->fds) {
+        h->fds = malloc(n * sizeof(*h->fds));
+        if (!h->fds)
+            return -ENOMEM;
+        h->count = n;
+    }
+    return 0;
+}
+
+/* Holds fds after those h holds (slice_ready made room); returns how many it holds. */
+static size_t slice_take(struct held_slice *h, const int *fds, uint32_t count)
+{
+    memcpy(h->fds + h->filled, fds, count * sizeof(*fds));
+    h->filled += count;
+    return h->filled;
+}
+
 /* Closes the fds of every device's slice in slices (held, or a copy of it). */
 static void drop_slices(struct held_slice *slices)
 {
@@ -277,17 +304,10 @@ int gp_peer_hold(int device, uint64_t first, const int *fds, uint32_t count, uin
         return -EINVAL;
     }
     struct held_slice *h = &held[device];
-    if (first == 0)
-        drop_slice(h);
     size_t n = gp_pool_chunks_in_use(device, NULL, 0);
-    /* Out of order, or the pool changed under a hold begun earlier. */
-    int err = first != h->filled || (h->fds && h->count != n) || first + count > n ? -EINVAL : 0;
+    int err = slice_ready(h, first, count, n);
     uint64_t *addrs = err ? NULL : malloc(n * sizeof(*addrs));
-    if (!err && !h->fds) {
-        h->fds = malloc(n * sizeof(*h->fds));
-        h->count = n;
-    }
-    if (!err && (!addrs || !h->fds))
+    if (!err && !addrs)
         err = -ENOMEM;
     if (!err && gp_pool_chunks_in_use(device, addrs, n) != n)
         err = -EINVAL;
@@ -305,10 +325,8 @@ int gp_peer_hold(int device, uint64_t first, const int *fds, uint32_t count, uin
     } else {
         free(addrs);
     }
-    memcpy(h->fds + first, fds, count * sizeof(*fds));
-    h->filled += count;
     *bytes = count * cfg->chunk_size;
-    *chunks_held = h->filled;
+    *chunks_held = slice_take(h, fds, count);
     return 0;
 }
 
@@ -502,18 +520,9 @@ int gp_peer_adopt(int device, uint64_t first, const int *fds, uint32_t count, ui
     if (!l)
         return -EINVAL;
     struct held_slice *h = &held[device];
-    if (first == 0)
-        drop_slice(h);
-    if (first != h->filled)
-        return -EINVAL;
-    if (!h->fds) {
-        h->fds = malloc(l->n * sizeof(*h->fds));
-        if (!h->fds)
-            return -ENOMEM;
-        h->count = l->n;
-    }
-    memcpy(h->fds + first, fds, count * sizeof(*fds));
-    h->filled += count;
-    *chunks_held = h->filled;
+    int err = slice_ready(h, first, count, l->n);
+    if (err)
+        return err;
+    *chunks_held = slice_take(h, fds, count);
     return 0;
 }
