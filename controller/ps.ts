@@ -12,6 +12,8 @@ export interface ProcessRow {
   poolBase: bigint;
   sliceSize: bigint;
   gate: 'open' | 'closed';
+  /** Driver calls the application made through the gate since it started. */
+  driverCalls: bigint;
   devices: { device: number; bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
   outsidePool: OutsidePool;
   error?: string;
@@ -55,6 +57,7 @@ async function describe(pid: number): Promise<ProcessRow> {
     poolBase: 0n,
     sliceSize: 0n,
     gate: 'open',
+    driverCalls: 0n,
     devices: [],
     outsidePool: { managed: 0n, streamOrdered: 0n, host: 0n, unrouted: 0n },
   };
@@ -68,6 +71,7 @@ async function describe(pid: number): Promise<ProcessRow> {
       poolBase: session.hello.poolBase,
       sliceSize: session.hello.sliceSize,
       gate: st.gateClosed ? 'closed' : 'open',
+      driverCalls: st.gatedCalls,
       devices: st.devices.map((d, i) => ({ device: i, ...d })),
       outsidePool: st.outsidePool,
     };

@@ -1,9 +1,10 @@
 /* The gate every driver call the application makes passes through.
  *
- * Entering costs one atomic increment on a per-thread stripe and one load;
- * closing it makes new calls wait, then waits for the calls in flight to
- * return. Only the control thread closes and opens it; it reaches the driver
- * through the real entry points, never through the gate. */
+ * Entering and leaving cost a few plain loads and stores on the calling
+ * thread's own slot (gate.c says why that is enough); closing makes new
+ * calls wait, then waits for the calls in flight to return. Only the
+ * control thread closes and opens it; it reaches the driver through the
+ * real entry points, never through the gate. */
 #ifndef GPUCKPT_GATE_H
 #define GPUCKPT_GATE_H
 

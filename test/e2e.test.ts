@@ -113,6 +113,15 @@ describe('the shim', () => {
     expect(row.outsidePool.managed).toBe(1 << 20);
   });
 
+  it('counts the driver calls that pass the gate', async () => {
+    const { app } = await box.start(APPS.linked);
+    const calls = () => json<any[]>(box.cli(['ps', '--json']).stdout).find((r) => r.pid === app.pid).driverCalls as number;
+    const before = calls();
+    expect(before).toBeGreaterThan(0); // cuInit and the allocations of the start
+    await app.command('state');
+    expect(calls()).toBeGreaterThan(before);
+  });
+
   it('serves many threads allocating, launching and freeing while checkpoints run', async () => {
     const { app, ready } = await box.start(APPS.linked);
     await app.command('threads 8');

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gate.h"
@@ -152,6 +153,52 @@ static void test_many_threads_close_open(void)
     CHECK(gp_gate_calls() > calls_before);
 }
 
+/* A thread that ended inside no call leaves nothing to wait for, and its
+ * slot serves the next thread: close drains at once. */
+static void test_ended_threads_leave_no_call(void)
+{
+    reset();
+    uint64_t calls_before = gp_gate_calls();
+    for (int i = 0; i < 50; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, quick_call, NULL);
+        pthread_join(t, NULL);
+    }
+    CHECK(atomic_load(&finished) == 50);
+    CHECK(gp_gate_calls() - calls_before == 50);
+    uint64_t drain;
+    CHECK(gp_gate_close(100, &drain) == 0);
+    gp_gate_open();
+}
+
+/* The child of a fork has only the forking thread: a call another thread of
+ * the parent had in flight does not hold the child's gate. */
+static void test_fork_child_drains(void)
+{
+    reset();
+    pthread_t holder;
+    pthread_create(&holder, NULL, call_and_hold, NULL);
+    while (!atomic_load(&entered))
+        usleep(100);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t drain;
+        int rc = gp_gate_close(200, &drain);
+        gp_gate_open();
+        gp_gate_enter(); /* the forking thread's own calls still pass */
+        gp_gate_exit();
+        _exit(rc == 0 ? 0 : 1);
+    }
+    CHECK(pid > 0);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    uint64_t drain;
+    CHECK(gp_gate_close(100, &drain) == -ETIMEDOUT); /* the parent's call is still in flight */
+    atomic_store(&release_inflight, 1);
+    pthread_join(holder, NULL);
+}
+
 static void test_bypass_never_blocks(void)
 {
     reset();
@@ -170,6 +217,8 @@ int main(void)
     RUN(test_close_waits_for_calls_in_flight);
     RUN(test_close_times_out_and_reopens);
     RUN(test_many_threads_close_open);
+    RUN(test_ended_threads_leave_no_call);
+    RUN(test_fork_child_drains);
     RUN(test_bypass_never_blocks); /* last: bypass is for good */
     return HARNESS_END();
 }
