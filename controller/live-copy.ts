@@ -21,7 +21,7 @@
 import { GpuckptError } from './errors.js';
 import type { CodecPool } from './codec-pool.js';
 import type { Placed } from './held-memory.js';
-import { planBlocks, type DigestsByBlock } from './image/chain.js';
+import { planBlocks, type ParentBlocks } from './image/chain.js';
 import type { AllocationRecord } from './image/index.js';
 import type { Progress } from './progress.js';
 import type { ShimSession, StagingMemory } from './session.js';
@@ -138,7 +138,7 @@ export class LiveCopy {
    * piece to store lies: never an all-zero block (the image records those
    * by their digest), and with parent, only the blocks that differ from it.
    */
-  finish(allocations: AllocationRecord[], digests: Buffer[], parent?: DigestsByBlock): LivePlan {
+  finish(allocations: AllocationRecord[], digests: Buffer[], parent?: ParentBlocks): LivePlan {
     const runs = this.changedSince(allocations, digests, true);
     this.stats.pauseBytes = runs.reduce((s, r) => s + r.length, 0);
     const frames: LivePlan['frames'] = [];

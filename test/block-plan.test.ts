@@ -5,7 +5,7 @@
  * lays those ranges out in host memory, a copy request's worth at a time.
  */
 import { describe, expect, it } from 'vitest';
-import { planBlocks, zeroRanges, type DigestsByBlock } from '../controller/image/chain.js';
+import { ParentBlocks, planBlocks, zeroRanges } from '../controller/image/chain.js';
 import { placeHeld } from '../controller/held-memory.js';
 import { MAX_RANGES_PER_COPY, packAll } from '../controller/staging-plan.js';
 
@@ -49,14 +49,30 @@ describe('planBlocks', () => {
   });
 
   it('against a parent, stores only blocks whose digest or length differ', () => {
-    const parent: DigestsByBlock = new Map();
-    const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
-    for (let k = 0; k < 10; k++) parent.set(`0:${BASE + BigInt(k * BLOCK)}`, { digest: view.getBigUint64(8 * k, true), length: k === 9 ? 100 * KIB : BLOCK });
-    parent.set(`0:${BASE + BigInt(7 * BLOCK)}`, { digest: 1n, length: BLOCK }); // changed since
-    parent.delete(`0:${BASE}`); // not in the parent
-    const plan = planBlocks([alloc], [d], BLOCK, parent);
+    // The parent's own allocation, block 0's and block 7's digests since changed.
+    const had = new Uint8Array(d);
+    had[0] ^= 1;
+    had[8 * 7] ^= 1;
+    const plan = planBlocks([alloc], [d], BLOCK, new ParentBlocks([alloc], [had], BLOCK));
     expect(plan.stored).toEqual([range(0, 1), range(7, 1)]);
     expect(plan.zeros.bytes).toBe(4 * BLOCK + 100 * KIB);
+    // Against the same digests of an allocation 4 KiB shorter, only the last block's length differs.
+    const data = digests(10, () => false);
+    const shorter = { ...alloc, size: alloc.size - 4096n };
+    expect(planBlocks([alloc], [data], BLOCK, new ParentBlocks([shorter], [data], BLOCK)).stored).toEqual([{ device: 0, addr: BASE + BigInt(9 * BLOCK), size: BigInt(100 * KIB) }]);
+  });
+
+  it('against a parent whose allocations lie elsewhere, compares block by address', () => {
+    // The parent's allocation starts a block later (block 0 is not in it), on the same block grid;
+    // another one on device 1 at the same addresses does not count.
+    const later = { device: 0, addr: BASE + BigInt(BLOCK), size: alloc.size - BigInt(BLOCK) };
+    const had = new Uint8Array(d.subarray(8));
+    had[8 * 6] ^= 1; // block 7 of the child
+    const parent = new ParentBlocks([later, { ...alloc, device: 1 }], [had, d], BLOCK);
+    expect(planBlocks([alloc], [d], BLOCK, parent).stored).toEqual([range(0, 1), range(7, 1)]);
+    // Off the grid by 4 KiB, no block of the parent matches one of the child.
+    const off = new ParentBlocks([{ ...alloc, addr: BASE - 4096n, size: alloc.size + 4096n }], [d], BLOCK);
+    expect(planBlocks([alloc], [d], BLOCK, off).stored).toEqual(planBlocks([alloc], [d], BLOCK).stored);
   });
 
   it('plans each allocation apart, on its own device', () => {

@@ -39,6 +39,10 @@ describe('checkpoint --parent', () => {
     // the 4 KiB one: 256 KiB + 512 KiB + 4 MiB + 4 KiB.
     expect(inc.rawBytes).toBe(MiB / 4 + MiB / 2 + 4 * MiB + 4096);
     expect(inc.storedBytes).toBeLessThan(full.storedBytes / 4);
+    // Where a fixed cost would come from: every step of setup and of the pause.
+    expect(Object.keys(inc.setupPhases)).toEqual(['status', 'parent', 'writer', 'staging', 'kernel']);
+    expect(Object.keys(inc.pausePhases)).toEqual(['quiesce', 'allocations', 'digest', 'plan', 'staging', 'copy', 'release']);
+    expect(Object.keys(inc.commitPhases)).toEqual(['appends', 'sync', 'directory', 'install']);
 
     const T2 = (await app.command('touch 50')).buffers as BufferState[];
     const C = box.path('C');

@@ -29,8 +29,9 @@ export class AllocationBlocks {
     return this.view.getUint32(k * 8, true) === 0 && this.view.getUint32(k * 8 + 4, true) === 0;
   }
 
-  digest(k: number): bigint {
-    return this.view.getBigUint64(k * 8, true);
+  /** Whether block k's digest equals block j's of other. */
+  sameDigest(k: number, other: AllocationBlocks, j: number): boolean {
+    return this.view.getUint32(k * 8, true) === other.view.getUint32(j * 8, true) && this.view.getUint32(k * 8 + 4, true) === other.view.getUint32(j * 8 + 4, true);
   }
 
   /** Bytes of blocks [from, to). */

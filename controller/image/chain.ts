@@ -225,24 +225,59 @@ function overlapping<T extends { a: AllocationRecord }>(sorted: T[], frame: Fram
   return out;
 }
 
-/** A block's digest and length, as a parent recorded it. */
-export interface BlockDigest {
-  digest: bigint;
-  length: number;
+/**
+ * A parent image's block digests, looked up by block address: a child's
+ * block is unchanged when the parent has a block at the same address, of
+ * the same length and digest. Kept by allocation, not by block: a map of
+ * 65536 blocks keyed by address (16 GiB) took 70 ms to build and, inside
+ * the pause, 60 ms to look up.
+ */
+export class ParentBlocks {
+  /** Per device, the parent's allocations by address. */
+  private readonly byDevice = new Map<number, { addr: bigint; end: bigint; blocks: AllocationBlocks }[]>();
+
+  constructor(allocs: AllocationRecord[], digests: Uint8Array[], readonly blockSize: number) {
+    allocs.forEach((a, i) => {
+      const list = this.byDevice.get(a.device) ?? [];
+      list.push({ addr: a.addr, end: a.addr + a.size, blocks: new AllocationBlocks(a, blockSize, digests[i]!) });
+      this.byDevice.set(a.device, list);
+    });
+    for (const list of this.byDevice.values()) list.sort((x, y) => (x.addr < y.addr ? -1 : x.addr > y.addr ? 1 : 0));
+  }
+
+  /** The parent's allocation holding addr on device. */
+  private holding(device: number, addr: bigint) {
+    const list = this.byDevice.get(device) ?? [];
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (list[mid]!.end <= addr) lo = mid + 1;
+      else hi = mid;
+    }
+    const p = list[lo];
+    return p && p.addr <= addr ? p : undefined;
+  }
+
+  /** Whether block k of allocation a (its digests b) is unchanged since the parent. */
+  unchangedIn(a: AllocationRecord, b: AllocationBlocks): (k: number) => boolean {
+    const same = this.holding(a.device, a.addr);
+    // Usually the parent has the same allocation: block k against block k.
+    if (same && same.addr === a.addr) return (k) => k < same.blocks.count && same.blocks.bytes(k, k + 1) === b.bytes(k, k + 1) && same.blocks.sameDigest(k, b, k);
+    const size = BigInt(this.blockSize);
+    return (k) => {
+      const addr = b.addr(k);
+      const p = this.holding(a.device, addr);
+      if (!p || (addr - p.addr) % size !== 0n) return false;
+      const j = Number((addr - p.addr) / size);
+      return j < p.blocks.count && p.blocks.bytes(j, j + 1) === b.bytes(k, k + 1) && p.blocks.sameDigest(j, b, k);
+    };
+  }
 }
 
-/** Digests by `${device}:${block address}`: what a child is compared against. */
-export type DigestsByBlock = Map<string, BlockDigest>;
-
-/** A manifest's digests by block (undefined when it has none). */
-export function digestsByBlock(m: Manifest): DigestsByBlock | undefined {
-  if (!m.blocks) return undefined;
-  const out: DigestsByBlock = new Map();
-  m.allocations.forEach((a, i) => {
-    const b = new AllocationBlocks(a, m.blocks!.size, m.blocks!.digests[i]!);
-    for (let k = 0; k < b.count; k++) out.set(`${a.device}:${b.addr(k)}`, { digest: b.digest(k), length: b.bytes(k, k + 1) });
-  });
-  return out;
+/** A manifest's block digests as a parent (undefined when it has none). */
+export function parentBlocks(m: Manifest): ParentBlocks | undefined {
+  return m.blocks ? new ParentBlocks(m.allocations, m.blocks.digests, m.blocks.size) : undefined;
 }
 
 /** The all-zero blocks of allocs (digest 0), consecutive ones of an allocation as one range. */
@@ -279,7 +314,7 @@ export interface BlockPlan {
  * whose digest, at the same address and of the same length, the parent
  * does not have. Consecutive such blocks of one allocation make one range.
  */
-export function planBlocks(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, parent?: DigestsByBlock, minZeroRun = 0): BlockPlan {
+export function planBlocks(allocs: AllocationRecord[], digests: Uint8Array[], blockSize: number, parent?: ParentBlocks, minZeroRun = 0): BlockPlan {
   const plan: BlockPlan = { stored: [], zeros: { bytes: 0, fills: [] } };
   allocs.forEach((a, i) => {
     const b = new AllocationBlocks(a, blockSize, digests[i]!);
@@ -299,11 +334,8 @@ export function planBlocks(allocs: AllocationRecord[], digests: Uint8Array[], bl
       k = e > k ? e : k + 1;
     }
     if (first >= 0) plan.zeros.fills.push(b.range(first, end));
-    const changed = (k: number) => {
-      const had = parent!.get(`${a.device}:${b.addr(k)}`);
-      return !(had && had.length === b.bytes(k, k + 1) && had.digest === b.digest(k));
-    };
-    plan.stored.push(...b.runs((k) => !left[k] && (!parent || changed(k))));
+    const unchanged = parent?.unchangedIn(a, b);
+    plan.stored.push(...b.runs((k) => !left[k] && !unchanged?.(k)));
   });
   return plan;
 }

@@ -20,6 +20,7 @@ import { isOsError, osErrorText } from './os-error.js';
 import { removeStaleTempDirs, tempDirName } from './temp-dirs.js';
 import { fsyncDir } from './durable.js';
 import { faultPoint } from '../faults.js';
+import { PhaseClock, type Phases } from '../phase-clock.js';
 
 export interface ImageWriterOptions {
   /** Replace an existing image at the target path (only an image or an empty directory). */
@@ -48,6 +49,8 @@ export class ImageWriter {
   /** Absolute path of the hidden working directory. */
   readonly tempPath: string;
 
+  /** Where commit's time went: appends (the last writes and flush), sync (data and manifest), directory, install. */
+  commitPhases: Phases = {};
   private state: State = 'open';
   private failure: GpuckptError | undefined;
   private nextOffset = 0n;
@@ -155,8 +158,10 @@ export class ImageWriter {
     await this.failedAlready();
     this.assertOpen('commit');
     this.state = 'committing';
+    const clock = new PhaseClock();
     try {
       await Promise.all(this.inFlight);
+      clock.mark('appends');
       if (manifest.data.storedBytes !== this.nextOffset) {
         throw new GpuckptError(
           'INTERNAL',
@@ -167,20 +172,34 @@ export class ImageWriter {
 
       const data = this.data!;
       this.data = undefined;
-      await data.sync();
-      await data.close();
-
-      const mf = await openForWrite(join(this.tempPath, MANIFEST_FILE), 'manifest');
-      try {
-        await writeFully(mf, manifestBytes, 0n);
-        await mf.sync();
-      } finally {
-        await mf.close();
-      }
+      // The manifest is written and synced while the data's tail syncs:
+      // both are durable before the directory is, whichever ends first.
+      const writeManifest = async () => {
+        const mf = await openForWrite(join(this.tempPath, MANIFEST_FILE), 'manifest');
+        try {
+          await writeFully(mf, manifestBytes, 0n);
+          await mf.sync();
+        } finally {
+          await mf.close();
+        }
+      };
+      const syncData = async () => {
+        try {
+          await data.sync();
+        } finally {
+          await data.close();
+        }
+      };
+      const synced = await Promise.allSettled([syncData(), writeManifest()]);
+      for (const r of synced) if (r.status === 'rejected') throw r.reason;
+      clock.mark('sync');
       // The directory entries of both files must be durable before the
       // rename publishes the directory.
       await fsyncDir(this.tempPath);
+      clock.mark('directory');
       await this.install();
+      clock.mark('install');
+      this.commitPhases = clock.phases;
       this.state = 'committed';
     } catch (e) {
       throw await this.fail(e);

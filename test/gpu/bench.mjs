@@ -13,7 +13,10 @@
  * Environment: BENCH_POOLS (default "1,16,64"; sizes that do not fit the
  * GPU, host memory or disk are skipped with the reason), BENCH_RUNS
  * (default 3), BENCH_TORCH (default 1), BENCH_SHIM (default 1: the shim's
- * own cost, cudaMalloc+cudaFree and kernel launches against native),
+ * own cost, cudaMalloc+cudaFree and kernel launches against native;
+ * BENCH_LAUNCH_ROUNDS, default 40, rounds of three short processes for
+ * the launch rate between processes; BENCH_CPU, the CPU the measuring
+ * thread runs on, default the second to last),
  * BENCH_INCREMENTAL (default "16": pool sizes in GiB for incremental
  * images, 10 % changed; "0": none), BENCH_LIVE (default "16": pool sizes
  * in GiB for checkpoint --live under a job rewriting BENCH_LIVE_MIBPS,
@@ -79,7 +82,7 @@ export async function runBench(h) {
       const metrics = await benchShim(h, runs);
       save('shim', 'what the shim adds: bench_alloc, plain and under gpuckpt run, alternately', metrics);
       const g = (k) => metrics[k].median;
-      return `cudaMalloc+cudaFree x${(g('malloc_free_ns_plain') / g('malloc_free_ns_shim')).toFixed(1)} faster under the shim; launch rate ${(100 * g('launch_rate_ratio')).toFixed(1)} % of native`;
+      return `cudaMalloc+cudaFree x${(g('malloc_free_ns_plain') / g('malloc_free_ns_shim')).toFixed(1)} faster under the shim; launch rate ${(100 * g('launch_rate_ratio')).toFixed(1)} % of native (${(100 * g('launch_rate_ratio_in_process')).toFixed(2)} % in one process, ${(100 * g('launch_rate_ratio_in_process_plain')).toFixed(2)} % with no shim); +${g('shim_ns_per_driver_call').toFixed(1)} ns per driver call, ${g('driver_calls_per_launch').toFixed(2)} calls per launch`;
     });
   }
 
@@ -152,12 +155,19 @@ export async function runBench(h) {
   }
 }
 
-/** bench_alloc plain and under the shim, alternately, `runs` times each (each run is itself the median of 5 repetitions). */
+/**
+ * bench_alloc plain and under the shim, alternately, `runs` times each (each
+ * run is itself the median of 5 repetitions), the measuring thread pinned to
+ * the same CPU in both (BENCH_CPU, default the second to last). Then, once,
+ * how many driver calls one kernel launch makes through the shim: with the
+ * shim's cost of one call, what it adds to a launch.
+ */
 async function benchShim(h, runs) {
   const m = {};
   const add = (k, v) => (m[k] ??= []).push(v);
+  const cpu = process.env.BENCH_CPU ?? String(Math.max(0, os.availableParallelism() - 2));
   const one = async (shim) => {
-    const app = new h.App('bench/shim', 'bench_alloc', [], { shim });
+    const app = new h.App('bench/shim', 'bench_alloc', [], { shim, extraEnv: { BENCH_CPU: cpu } });
     const r = await app.next('bench', 180_000);
     if (r.event !== 'bench') throw app.error(`bench_alloc: ${JSON.stringify(r).slice(0, 200)}`);
     await app.waitExit(30_000);
@@ -171,8 +181,90 @@ async function benchShim(h, runs) {
     add('launches_per_s_plain', plain.launchesPerSec);
     add('launches_per_s_shim', shim.launchesPerSec);
     add('launch_rate_ratio', shim.launchesPerSec / plain.launchesPerSec);
+    if (plain.launchWrapped || !shim.launchWrapped)
+      throw h.failure(`bench_alloc: cuLaunchKernel ${shim.launchWrapped ? 'wrapped without the shim' : 'not wrapped under the shim'}`);
+    add('launch_rate_ratio_in_process', shim.launchRatioInProcess);
+    add('launch_rate_ratio_in_process_plain', plain.launchRatioInProcess);
+    add('driver_call_ns_plain', plain.driverCallNs);
+    add('driver_call_ns_shim', shim.driverCallNs);
+    add('shim_ns_per_driver_call', shim.driverCallNs - plain.driverCallNs);
   }
-  return medians(m);
+  const rounds = await launchRateRounds(h, cpu, Math.max(0, Number(process.env.BENCH_LAUNCH_ROUNDS ?? 40)));
+  const result = { ...medians(m), ...rounds };
+  const perLaunch = await driverCallsPerLaunch(h, 100_000);
+  const addedNs = result.shim_ns_per_driver_call.median * perLaunch;
+  return {
+    ...result,
+    bench_cpu: { median: Number(cpu), all: [Number(cpu)] },
+    driver_calls_per_launch: { median: perLaunch, all: [perLaunch] },
+    // What the shim's calls add to a launch, against native's time per launch.
+    shim_launch_cost_fraction: {
+      median: addedNs / (1e9 / result.launches_per_s_plain.median),
+      all: [addedNs / (1e9 / result.launches_per_s_plain.median)],
+    },
+  };
+}
+
+/**
+ * Launch rates between processes need many processes: native's own rate
+ * spreads by some 20 % from one process to the next. `rounds` rounds of
+ * three short processes, in rotating order: plain, under the shim, and
+ * under the shim switched off (GPUCKPT_DISABLE=1: wrappers and gate only, no
+ * pool), which tells a cost of the pool's from one of merely being there.
+ * Per round, each one's rate over the plain one's; also their mean and its
+ * standard error, as the medians of skewed ratios mislead.
+ */
+async function launchRateRounds(h, cpu, rounds) {
+  if (!rounds) return {};
+  const arms = [
+    ['plain', { shim: false }],
+    ['shim', { shim: true }],
+    ['shim_off', { shim: true, extraEnv: { GPUCKPT_DISABLE: '1' } }],
+  ];
+  const m = {};
+  for (let r = 0; r < rounds; r++) {
+    const rate = {};
+    for (let i = 0; i < arms.length; i++) {
+      const [name, opts] = arms[(r + i) % arms.length];
+      const app = new h.App('bench/shim', 'bench_alloc', ['rate', '200000'], { ...opts, extraEnv: { BENCH_CPU: cpu, ...opts.extraEnv } });
+      const out = await app.next('bench', 120_000);
+      if (out.event !== 'bench') throw app.error(`bench_alloc rate: ${JSON.stringify(out).slice(0, 200)}`);
+      await app.waitExit(30_000);
+      rate[name] = out.launchesPerSec;
+    }
+    (m.rounds_launch_ratio_shim ??= []).push(rate.shim / rate.plain);
+    (m.rounds_launch_ratio_shim_off ??= []).push(rate.shim_off / rate.plain);
+  }
+  const meanAndError = (xs) => {
+    const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+    const sd = Math.sqrt(xs.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, xs.length - 1));
+    return { mean, stderr: sd / Math.sqrt(xs.length) };
+  };
+  const out = medians(m);
+  for (const k of Object.keys(m)) {
+    const { mean, stderr } = meanAndError(m[k]);
+    out[`${k}_mean`] = { median: mean, all: [mean] };
+    out[`${k}_stderr`] = { median: stderr, all: [stderr] };
+  }
+  return out;
+}
+
+/** Driver calls through the gate per empty-kernel launch (gpuckpt ps's count, before and after n launches). */
+async function driverCallsPerLaunch(h, n) {
+  const app = new h.App('bench/shim', 'bench_alloc', ['count', String(n)]);
+  const calls = async (pid) => {
+    const row = (await h.cliJson(['ps', '--json'], 30_000)).find((r) => r.pid === pid);
+    if (!row) throw app.error(`gpuckpt ps does not list bench_alloc (pid ${pid})`);
+    return row.driverCalls;
+  };
+  const warm = await app.next('warm', 120_000);
+  if (warm.event !== 'warm') throw app.error(`bench_alloc count: ${JSON.stringify(warm).slice(0, 200)}`);
+  const before = await calls(warm.pid);
+  await app.send('go', 'launched', 120_000);
+  const after = await calls(warm.pid);
+  app.child.stdin.write('done\n');
+  await app.waitExit(30_000);
+  return (after - before) / n;
 }
 
 /**
@@ -200,6 +292,12 @@ async function benchIncremental(h, runs, gib) {
       add('time_ratio', c.seconds / f.seconds);
       for (const [k, v] of Object.entries(f.phases ?? {})) add(`full.${k}_s`, v);
       for (const [k, v] of Object.entries(c.phases ?? {})) add(`inc.${k}_s`, v);
+      for (const [k, v] of Object.entries(c.setupPhases ?? {})) add(`inc.setup.${k}_s`, v);
+      for (const [k, v] of Object.entries(c.pausePhases ?? {})) add(`inc.pause.${k}_s`, v);
+      for (const [k, v] of Object.entries(c.commitPhases ?? {})) add(`inc.commit.${k}_s`, v);
+      for (const [k, v] of Object.entries(f.commitPhases ?? {})) add(`full.commit.${k}_s`, v);
+      for (const [k, v] of Object.entries(f.setupPhases ?? {})) add(`full.setup.${k}_s`, v);
+      for (const [k, v] of Object.entries(f.pausePhases ?? {})) add(`full.pause.${k}_s`, v);
       add('size_ratio', c.storedBytes / f.storedBytes);
       if (i === runs - 1) {
         await p.send('mutate', 'mutated', 120_000);
