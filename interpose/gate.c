@@ -65,12 +65,16 @@ static int membarrier(int cmd)
 
 /* ---- slots ---- */
 
+/* At thread exit no call of the thread is in flight, even one it was
+ * cancelled in: the next thread starts from a depth of 0. */
 static void release_slot(void *p)
 {
     struct gate_slot *s = p;
     my_slot = NULL;
-    if (s && !s->shared)
-        atomic_store_explicit(&s->taken, 0, memory_order_release);
+    if (!s || s->shared)
+        return;
+    atomic_store_explicit(&s->depth, 0, memory_order_release);
+    atomic_store_explicit(&s->taken, 0, memory_order_release);
 }
 
 static struct gate_slot *claim_slot(void)

@@ -171,6 +171,22 @@ static void test_ended_threads_leave_no_call(void)
     gp_gate_open();
 }
 
+/* A thread cancelled inside a call (the call abandoned with it) does not
+ * hold the gate open for good. */
+static void test_cancelled_thread_leaves_no_call(void)
+{
+    reset();
+    pthread_t holder;
+    pthread_create(&holder, NULL, call_and_hold, NULL);
+    while (!atomic_load(&entered))
+        usleep(100);
+    pthread_cancel(holder); /* in usleep, a cancellation point */
+    pthread_join(holder, NULL);
+    uint64_t drain;
+    CHECK(gp_gate_close(200, &drain) == 0);
+    gp_gate_open();
+}
+
 /* The child of a fork has only the forking thread: a call another thread of
  * the parent had in flight does not hold the child's gate. */
 static void test_fork_child_drains(void)
@@ -218,6 +234,7 @@ int main(void)
     RUN(test_close_times_out_and_reopens);
     RUN(test_many_threads_close_open);
     RUN(test_ended_threads_leave_no_call);
+    RUN(test_cancelled_thread_leaves_no_call);
     RUN(test_fork_child_drains);
     RUN(test_bypass_never_blocks); /* last: bypass is for good */
     return HARNESS_END();
