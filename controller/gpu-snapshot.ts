@@ -32,7 +32,7 @@ import { driverFreeze, driverState, driverThaw } from './driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from './errors.js';
 import { faultPoint } from './faults.js';
 import { measureGpuNeeds, writeGpuNeeds, type GpuNeed } from './gpu-room.js';
-import { writeHeldLayout, type HeldLayout } from './held-memory.js';
+import { describeHeld, type HeldLayout } from './held-memory.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import { tempDirName } from './image/temp-dirs.js';
 import { closeAll, holdOnGpus, inBatches } from './peer-hold.js';
@@ -45,6 +45,13 @@ import { native, PoolState, type StatusReply } from '../native/index.js';
 /** What a GPU keeps free beside the copy: the application allocates on while it is made. */
 const SPARE_SHARE = 0.05;
 const SPARE_MIN = 2n << 30n;
+
+/** The copy on the GPU once the shim has let it go: where to describe it (the image's working directory) should it be handed back. */
+interface HeldCopy {
+  work: string;
+  layout: HeldLayout;
+  needs: GpuNeed[];
+}
 
 export interface LeftRunning {
   /** From the application's pause until it ran again. */
@@ -128,8 +135,7 @@ export async function checkpointLeavingRunning(
     const holdDir = defaultHoldDir(pid);
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
-    writeHeldLayout(holdDir, held.layout);
-    writeGpuNeeds(holdDir, needs);
+    describeHeld(holdDir, held.layout, needs);
     try {
       await session.suspendPool(holdDir, 'peer');
     } catch (e) {
@@ -195,7 +201,7 @@ export async function checkpointLeavingRunning(
  * which the image is then read through. On failure the copy is handed back
  * to the shim (handBack) and the process resumed from it if it can be.
  */
-async function copyBack(pid: number, fds: number[][], held: { work: string; layout: HeldLayout; needs: GpuNeed[] }, clock: PhaseClock): Promise<ShimSession> {
+async function copyBack(pid: number, fds: number[][], held: HeldCopy, clock: PhaseClock): Promise<ShimSession> {
   const session = await ShimSession.open(pid);
   try {
     await driverThaw(pid, undefined, clock);
@@ -220,18 +226,15 @@ async function copyBack(pid: number, fds: number[][], held: { work: string; layo
  * for it), and the process is resumed from it as after a migrate. Returns
  * what became of the process.
  */
-async function handBack(pid: number, fds: number[][], held: { work: string; layout: HeldLayout; needs: GpuNeed[] }): Promise<string> {
+async function handBack(pid: number, fds: number[][], held: HeldCopy): Promise<string> {
   try {
     mkdirSync(held.work, { recursive: true, mode: 0o700 });
-    writeHeldLayout(held.work, held.layout);
-    writeGpuNeeds(held.work, held.needs);
+    describeHeld(held.work, held.layout, held.needs);
     const session = await ShimSession.open(pid);
     try {
       // The failed session's leaving (the pool released again) may still be on its way.
-      for (let i = 0; (await session.status()).poolState !== PoolState.SUSPENDED; i++) {
-        if (i === 100) throw new GpuckptError('SHIM_ERROR', 'the process did not come back to suspended');
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      if (!(await session.settledStatus((s) => s.poolState === PoolState.SUSPENDED)))
+        throw new GpuckptError('SHIM_ERROR', 'the process did not come back to suspended');
       await session.peerAdopt(0, 0, []);
       await inBatches(fds, (device, first, batch) => session.peerAdopt(device, first, batch));
     } finally {

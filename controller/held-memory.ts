@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { digestAllocations } from './block-digests.js';
 import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
+import { writeGpuNeeds, type GpuNeed } from './gpu-room.js';
 import { bytesOf, planBlocks } from './image/chain.js';
 import { DIGEST_BLOCK } from './image/format.js';
 import type { AllocationRecord } from './image/index.js';
@@ -144,7 +145,13 @@ export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock
   }
 }
 
-export function writeHeldLayout(dir: string, layout: HeldLayout): void {
+/** What a resume finds in dir for data held in memory: the layout, and what each GPU needs to take the process back. */
+export function describeHeld(dir: string, layout: HeldLayout, needs: GpuNeed[]): void {
+  writeHeldLayout(dir, layout);
+  writeGpuNeeds(dir, needs);
+}
+
+function writeHeldLayout(dir: string, layout: HeldLayout): void {
   const groups = layout.groups.map((g) => g.map((p) => ({ ...p, addr: p.addr.toString(16) })));
   const zeroFills = layout.zeroFills.map((r) => ({ device: r.device, addr: r.addr.toString(16), size: r.size.toString(16) }));
   writeFileSync(join(dir, LAYOUT_FILE), JSON.stringify({ ...layout, groups, zeroFills }), { mode: 0o600 });

@@ -92,15 +92,10 @@ async function afterCutRollback(pid: number, image: string): Promise<string> {
   try {
     const again = await ShimSession.open(pid);
     try {
-      // The shim settles once it has seen the first session go.
-      for (let i = 0; i < 100; i++) {
-        const st = await again.status();
-        if (st.poolState === PoolState.HALF_RESTORED)
-          return `process ${pid} stays paused with part of the image in its pool: run gpuckpt restore ${image} --into ${pid} again (or end it)`;
-        if (!st.gateClosed) return `process ${pid} runs on untouched`;
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      return `process ${pid} is still paused (gpuckpt ps)`;
+      const st = await again.settledStatus((s) => s.poolState === PoolState.HALF_RESTORED || !s.gateClosed);
+      if (st?.poolState === PoolState.HALF_RESTORED)
+        return `process ${pid} stays paused with part of the image in its pool: run gpuckpt restore ${image} --into ${pid} again (or end it)`;
+      return st ? `process ${pid} runs on untouched` : `process ${pid} is still paused (gpuckpt ps)`;
     } finally {
       again.close();
     }

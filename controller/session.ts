@@ -151,6 +151,20 @@ export class ShimSession {
     return this.request(MessageType.STATUS, 'status');
   }
 
+  /**
+   * The first status that settled accepts, polled every 20 ms for 2 s:
+   * the shim settles once it has seen the session before this one go.
+   * undefined when none did.
+   */
+  async settledStatus(settled: (st: StatusReply) => boolean): Promise<StatusReply | undefined> {
+    for (let i = 0; i < 100; i++) {
+      const st = await this.status();
+      if (settled(st)) return st;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return undefined;
+  }
+
   async devices(): Promise<DeviceInfo[]> {
     return (await this.request<{ devices: DeviceInfo[] }>(MessageType.DEVICES, 'devices')).devices;
   }

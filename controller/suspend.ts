@@ -28,7 +28,7 @@ import { GpuckptError, isGpuckptError } from './errors.js';
 import { faultPoint } from './faults.js';
 import { loadDigestKernels } from './block-digests.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
-import { copyHeldIn, mapHeldStaging, readHeldLayout, stagePool, writeHeldLayout, type HeldLayout } from './held-memory.js';
+import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
 import { ImageReader } from './image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from './phase-clock.js';
@@ -164,8 +164,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
 
     /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
     const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging') => {
-      writeHeldLayout(holdDir, layout);
-      writeGpuNeeds(holdDir, needs);
+      describeHeld(holdDir, layout, needs);
       await freeGpu(holdDir, held, () => rmSync(holdDir, { recursive: true, force: true }));
     };
 

@@ -42,6 +42,16 @@ static void reset(void)
     atomic_store(&release_inflight, 0);
 }
 
+/* A thread inside a call until release_inflight, once it is in. */
+static pthread_t start_holder(void)
+{
+    pthread_t holder;
+    pthread_create(&holder, NULL, call_and_hold, NULL);
+    while (!atomic_load(&entered))
+        usleep(100);
+    return holder;
+}
+
 static void test_close_blocks_new_calls(void)
 {
     reset();
@@ -72,10 +82,7 @@ static void *closer(void *arg)
 static void test_close_waits_for_calls_in_flight(void)
 {
     reset();
-    pthread_t holder, c;
-    pthread_create(&holder, NULL, call_and_hold, NULL);
-    while (!atomic_load(&entered))
-        usleep(100);
+    pthread_t holder = start_holder(), c;
     int rc = -1;
     pthread_create(&c, NULL, closer, &rc);
     usleep(50000);
@@ -91,10 +98,7 @@ static void test_close_waits_for_calls_in_flight(void)
 static void test_close_times_out_and_reopens(void)
 {
     reset();
-    pthread_t holder;
-    pthread_create(&holder, NULL, call_and_hold, NULL);
-    while (!atomic_load(&entered))
-        usleep(100);
+    pthread_t holder = start_holder();
     uint64_t drain;
     CHECK(gp_gate_close(100, &drain) == -ETIMEDOUT);
     CHECK(!gp_gate_is_closed());
@@ -176,10 +180,7 @@ static void test_ended_threads_leave_no_call(void)
 static void test_cancelled_thread_leaves_no_call(void)
 {
     reset();
-    pthread_t holder;
-    pthread_create(&holder, NULL, call_and_hold, NULL);
-    while (!atomic_load(&entered))
-        usleep(100);
+    pthread_t holder = start_holder();
     pthread_cancel(holder); /* in usleep, a cancellation point */
     pthread_join(holder, NULL);
     uint64_t drain;
@@ -192,10 +193,7 @@ static void test_cancelled_thread_leaves_no_call(void)
 static void test_fork_child_drains(void)
 {
     reset();
-    pthread_t holder;
-    pthread_create(&holder, NULL, call_and_hold, NULL);
-    while (!atomic_load(&entered))
-        usleep(100);
+    pthread_t holder = start_holder();
     pid_t pid = fork();
     if (pid == 0) {
         uint64_t drain;

@@ -166,13 +166,7 @@ async function benchShim(h, runs) {
   const m = {};
   const add = (k, v) => (m[k] ??= []).push(v);
   const cpu = process.env.BENCH_CPU ?? String(Math.max(0, os.availableParallelism() - 2));
-  const one = async (shim) => {
-    const app = new h.App('bench/shim', 'bench_alloc', [], { shim, extraEnv: { BENCH_CPU: cpu } });
-    const r = await app.next('bench', 180_000);
-    if (r.event !== 'bench') throw app.error(`bench_alloc: ${JSON.stringify(r).slice(0, 200)}`);
-    await app.waitExit(30_000);
-    return r;
-  };
+  const one = (shim) => benchAlloc(h, [], { shim, extraEnv: { BENCH_CPU: cpu } });
   for (let i = 0; i < runs; i++) {
     const plain = await one(false);
     const shim = await one(true);
@@ -226,11 +220,7 @@ async function launchRateRounds(h, cpu, rounds) {
     const rate = {};
     for (let i = 0; i < arms.length; i++) {
       const [name, opts] = arms[(r + i) % arms.length];
-      const app = new h.App('bench/shim', 'bench_alloc', ['rate', '200000'], { ...opts, extraEnv: { BENCH_CPU: cpu, ...opts.extraEnv } });
-      const out = await app.next('bench', 120_000);
-      if (out.event !== 'bench') throw app.error(`bench_alloc rate: ${JSON.stringify(out).slice(0, 200)}`);
-      await app.waitExit(30_000);
-      rate[name] = out.launchesPerSec;
+      rate[name] = (await benchAlloc(h, ['rate', '200000'], { ...opts, extraEnv: { BENCH_CPU: cpu, ...opts.extraEnv } }, 120_000)).launchesPerSec;
     }
     (m.rounds_launch_ratio_shim ??= []).push(rate.shim / rate.plain);
     (m.rounds_launch_ratio_shim_off ??= []).push(rate.shim_off / rate.plain);
@@ -247,6 +237,15 @@ async function launchRateRounds(h, cpu, rounds) {
     out[`${k}_stderr`] = { median: stderr, all: [stderr] };
   }
   return out;
+}
+
+/** One bench_alloc process, run to its one bench line and its exit. */
+async function benchAlloc(h, args, opts, ms = 180_000) {
+  const app = new h.App('bench/shim', 'bench_alloc', args, opts);
+  const r = await app.next('bench', ms);
+  if (r.event !== 'bench') throw app.error(`bench_alloc ${args.join(' ')}: ${JSON.stringify(r).slice(0, 200)}`);
+  await app.waitExit(30_000);
+  return r;
 }
 
 /** Driver calls through the gate per empty-kernel launch (gpuckpt ps's count, before and after n launches). */
