@@ -21,7 +21,7 @@ import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
 import type { Placed } from './held-memory.js';
 import { releaseStaging, ShimSession, type StagingMemory } from './session.js';
-import { MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
+import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
 import { native, PoolState, type AllocEntry } from '../native/index.js';
 
@@ -88,9 +88,9 @@ export interface CheckpointSummary {
   digestSeconds: number;
   /** Where the time went: setup (parent, image, workers, staging), precopy (--live), pause, drain (compression and writes after it), commit. */
   phases: Phases;
-  /** Setup by step: status, parent (its chain read and checked), writer (image file, compression workers), staging, kernel. */
+  /** Setup by step: status, parent (its chain read and checked), writer (the image's file), staging (from the shim), workers (staging mapped into the compression workers, once they are up), kernel. */
   setupPhases: Phases;
-  /** The pause by step: quiesce, allocations, digest, plan, staging, copy, release (absent when the pause was an earlier one's). */
+  /** The pause by step: quiesce, allocations, digest, plan, staging (with a parent: sized to the changes), copy, release (absent when the pause was an earlier one's). */
   pausePhases?: Phases;
   /** Commit by step: appends (the last writes and flush), sync (data and manifest), directory, install. */
   commitPhases: Phases;
@@ -139,6 +139,9 @@ export async function writePoolImage(
   let codecs: CodecPool | undefined;
   let staging: StagingMemory | undefined;
   try {
+    // First: the workers boot (tens of ms) while the rest of setup runs,
+    // not when staging is first mapped into them, inside the pause.
+    codecs = new CodecPool(opts.workers);
     if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     const [status, devices] = await Promise.all([session.status(), session.devices()]);
@@ -146,13 +149,23 @@ export async function writePoolImage(
     const parent = opts.parent ? await readParent(opts.parent, opts.finalImage ?? out, session) : undefined;
     setupClock.mark('parent');
     writer = await ImageWriter.create(out, { force: opts.force });
-    codecs = new CodecPool(opts.workers);
     setupClock.mark('writer');
     const pool = codecs;
-    const mapStaging = async (bytes: number, ready: boolean): Promise<StagingMemory> => {
+    /**
+     * Staging from the shim; mapped: its handing to the workers, which may
+     * still be booting (tens of ms after the pool is made). Each worker
+     * takes the map before any frame sent to it later, so a copy need not
+     * wait for them.
+     */
+    const mapStaging = async (bytes: number, ready: boolean): Promise<MappedStaging> => {
       staging = await session.mapStaging(bytes, 'shared', ready);
-      await pool.mapStaging(staging);
-      return staging;
+      return { staging, mapped: pool.mapStaging(staging) };
+    };
+    const mapStagingInSetup = async (bytes: number, ready: boolean): Promise<void> => {
+      const { mapped } = await mapStaging(bytes, ready);
+      setupClock.mark('staging');
+      await mapped;
+      setupClock.mark('workers');
     };
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
@@ -163,10 +176,9 @@ export async function writePoolImage(
     // whole pool took more time than copying and writing the changes).
     // A live checkpoint's staging holds the whole pool at fixed places,
     // prepared while its first round copies.
-    if (!parent && !opts.live) await mapStaging(most, !opts.prepareDuringCopy);
-    if (opts.live) await mapStaging(liveStagingBytes(status, opts.stagingLimit, pid), false);
-    const stagingFor = async (bytes: number) => staging ?? mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false);
-    setupClock.mark('staging');
+    if (!parent && !opts.live) await mapStagingInSetup(most, !opts.prepareDuringCopy);
+    if (opts.live) await mapStagingInSetup(liveStagingBytes(status, opts.stagingLimit, pid), false);
+    const stagingFor = async (bytes: number) => (staging ? { staging, mapped: Promise.resolve() } : mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false));
 
     // The driver's first compile of the kernel stays out of the pause. (A
     // pool that is not active is refused by the quiesce, in its own words.)
@@ -290,6 +302,12 @@ export async function readParent(path: string, out: string, session: ShimSession
   }
 }
 
+/** Staging, and its mapping into the compression workers (which the copy need not wait for). */
+interface MappedStaging {
+  staging: StagingMemory;
+  mapped: Promise<void>;
+}
+
 interface CopyRun {
   staging: StagingMemory;
   allocations: { device: number; addr: bigint; size: bigint }[];
@@ -311,7 +329,7 @@ interface CopyRun {
 
 async function copyAndCompress(
   session: ShimSession,
-  stagingFor: (bytes: number) => Promise<StagingMemory>,
+  stagingFor: (bytes: number) => Promise<MappedStaging>,
   codecs: CodecPool,
   writer: ImageWriter,
   opts: CheckpointOptions,
@@ -406,8 +424,13 @@ async function copyAndCompress(
   async function copyPacked(all: Piece[]): Promise<void> {
     pieces = all;
     const needed = packedBytes(pieces);
-    staging = await stagingFor(needed);
+    const made = await stagingFor(needed);
+    staging = made.staging;
     pauseClock.mark('staging');
+    // Awaited with the copy: a worker that cannot take staging fails the checkpoint.
+    const mapped = made.mapped.catch((e) => {
+      firstFailure ??= e;
+    });
     ring = new StagingRing(staging.size);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
     ringMode = needed > staging.size;
@@ -420,14 +443,18 @@ async function copyAndCompress(
     // starts the writes that bound the image's time that much earlier.
     // Not when the release is a suspend's (a whole-process checkpoint):
     // compression would then slow its driver checkpoint (see below).
-    if (ringMode || snapshot || (parent && (opts.kind ?? 'gpu-only') === 'gpu-only')) allowCompression();
+    const compressing = ringMode || !!snapshot || (!!parent && (opts.kind ?? 'gpu-only') === 'gpu-only');
+    if (compressing) allowCompression();
+    const batchBytes = compressing ? COMPRESSING_COPY_BYTES : Infinity;
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
+      let bytes = 0;
       do {
         batch.push({ piece: pieces[i]!, offset: await ring.place(pieces[i]!.length) });
+        bytes += pieces[i]!.length;
         i++;
-      } while (i < pieces.length && batch.length < MAX_RANGES_PER_COPY && !ring.wraps(pieces[i]!.length));
+      } while (i < pieces.length && batch.length < MAX_RANGES_PER_COPY && bytes + pieces[i]!.length <= batchBytes && !ring.wraps(pieces[i]!.length));
       if (firstFailure) throw firstFailure;
       const c0 = performance.now();
       const ranges = batch.map(({ piece, offset }) => ({ device: piece.device, addr: piece.addr, length: piece.length, stagingOffset: offset }));
@@ -444,6 +471,8 @@ async function copyAndCompress(
       }
       progress.update(`checkpoint: copied ${formatBytes(copied)} of ${formatBytes(totalBytes)}`);
     }
+    await mapped;
+    if (firstFailure) throw firstFailure;
   }
 
   /** checkpoint --live: staging holds the pool already, but for what changed since its copy; that is copied now. */

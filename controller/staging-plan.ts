@@ -21,6 +21,13 @@ export const FRAME_BYTES = 16 * 1024 * 1024;
 export const MIN_SKIPPED_ZERO_RUN = 2 * 1024 * 1024;
 /** Ranges per copy request (GPCK_MAX_COPY_RANGES in the protocol header). */
 export const MAX_RANGES_PER_COPY = 4000;
+/**
+ * Bytes per copy request while compression runs during the copy: a
+ * batch's frames are compressed (and written) as soon as it is in
+ * staging, while the next one copies. In one request, the 1.7 GB of an
+ * incremental image were all copied before the first frame was compressed.
+ */
+export const COMPRESSING_COPY_BYTES = 128 * 1024 * 1024;
 const ALIGN = 4096;
 
 export interface Piece {

@@ -129,6 +129,8 @@ interface NativeModule {
   maxDigestRanges: number;
   /** GPCK_MAX_STAGING_FILES: memfds one staging may be made of. */
   maxStagingFiles: number;
+  /** Queues the dirty pages of the file behind fd for writeback (sync_file_range, whole file) without waiting for them; rejects with code set to the errno name. */
+  startWriteback(fd: number): Promise<void>;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
 }

@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { chmod, lstat, mkdir, mkdtemp, open, readFile, readdir, rm, stat, symlink, truncate, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, mkdtemp, open, readFile, readdir, rm, stat, symlink, truncate, writeFile, type FileHandle } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +30,7 @@ import {
 } from '../controller/image/index.js';
 import { writerTestHooks } from '../controller/image/writer.js';
 import { syncTree } from '../controller/image/durable.js';
+import { native } from '../native/index.js';
 import { encodeBySpec } from './helpers/manifest-bytes.js';
 
 const KiB = 1024n;
@@ -47,6 +48,7 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   delete writerTestHooks.openFile;
+  delete writerTestHooks.startWriteback;
   await rm(root, { recursive: true, force: true });
 });
 
@@ -613,26 +615,9 @@ describe('writer', () => {
     expect(await readdir(root)).toEqual([]);
   });
 
-  it('flushes appended frames to the disk in the background, one fdatasync at a time', async () => {
-    const path = join(root, 'img');
-    let syncs = 0;
-    let running = 0;
-    let most = 0;
-    writerTestHooks.openFile = async (p, role) => {
-      const fh = await open(p, 'wx', 0o600);
-      if (role !== 'data') return fh;
-      const datasync = fh.datasync.bind(fh);
-      fh.datasync = async () => {
-        syncs++;
-        most = Math.max(most, ++running);
-        await new Promise((r) => setTimeout(r, 20));
-        await datasync();
-        running--;
-      };
-      return fh;
-    };
-    const writer = await ImageWriter.create(path, { flushEveryBytes: 10_000 });
-    const frames: FrameRecord[] = [];
+  /** Appends 12 frames of 4000 bytes at once and commits; the image must verify. */
+  async function writeTwelveFrames(path: string, flushEveryBytes: number): Promise<void> {
+    const writer = await ImageWriter.create(path, { flushEveryBytes });
     const appended = await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
         const data = compressFrame(pseudoRandom(4000, i + 1));
@@ -640,33 +625,87 @@ describe('writer', () => {
         return { device: 0, addr: BASE + BigInt(i * 4000), length: 4000, offset, compressedLength: data.length };
       }),
     );
-    frames.push(...appended.sort((a, b) => Number(a.offset - b.offset)));
-    expect(syncs).toBeGreaterThanOrEqual(1);
+    const frames: FrameRecord[] = appended.sort((a, b) => Number(a.offset - b.offset));
     await writer.commit(baseManifest([{ device: 0, addr: BASE, size: 48_000n }], frames, writer.storedBytes, 1));
-    expect(most).toBe(1);
-    expect(running).toBe(0);
     const reader = await ImageReader.open(path);
     try {
       expect(await reader.verify()).toMatchObject({ frames: 12, rawBytes: 48_000n, ok: true });
     } finally {
       await reader.close();
     }
-  });
+  }
 
-  it('a failing background flush fails the image like a failed write, and leaves nothing', async () => {
-    const path = join(root, 'img');
+  /** Counts the background flushes of each kind, and how many ran at once. */
+  function countFlushes(writeback: (fh: FileHandle) => Promise<void>) {
+    const seen = { writebacks: 0, datasyncs: 0, running: 0, most: 0 };
+    const oneAtATime = async (run: () => Promise<void>) => {
+      seen.most = Math.max(seen.most, ++seen.running);
+      try {
+        await new Promise((r) => setTimeout(r, 20));
+        await run();
+      } finally {
+        seen.running--;
+      }
+    };
+    writerTestHooks.startWriteback = (fh) => oneAtATime(() => (seen.writebacks++, writeback(fh)));
     writerTestHooks.openFile = async (p, role) => {
       const fh = await open(p, 'wx', 0o600);
-      if (role === 'data') fh.datasync = () => Promise.reject(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
+      if (role !== 'data') return fh;
+      const datasync = fh.datasync.bind(fh);
+      fh.datasync = () => oneAtATime(() => (seen.datasyncs++, datasync()));
       return fh;
     };
-    const writer = await ImageWriter.create(path, { flushEveryBytes: 1 });
-    await writer.appendFrame(compressFrame(pseudoRandom(5000, 1))).catch(() => undefined);
-    const err = await rejection(writer.commit(baseManifest([], [], writer.storedBytes, 1)));
-    expect(err.code).toBe('IMAGE_WRITE_FAILED');
-    expect(err.message).toBe(`cannot write image ${path}: i/o error`);
-    expect(await readdir(root)).toEqual([]);
+    return seen;
+  }
+
+  it('starts the disk writing appended frames in the background (sync_file_range), one call at a time', async () => {
+    const seen = countFlushes((fh) => native().startWriteback(fh.fd));
+    await writeTwelveFrames(join(root, 'img'), 10_000);
+    expect(seen.writebacks).toBeGreaterThanOrEqual(1);
+    expect(seen.datasyncs).toBe(0);
+    expect(seen.most).toBe(1);
+    expect(seen.running).toBe(0);
   });
+
+  it('the native writeback start works on a real file and names the errno of a bad fd', async () => {
+    const fh = await open(join(root, 'f'), 'w');
+    try {
+      await fh.write(pseudoRandom(100_000, 3));
+      await expect(native().startWriteback(fh.fd)).resolves.toBeUndefined();
+    } finally {
+      await fh.close();
+    }
+    await expect(native().startWriteback(-1)).rejects.toMatchObject({ code: 'EBADF', syscall: 'sync_file_range' });
+  });
+
+  it('where writeback cannot be started (ESPIPE, ENOSYS), flushes with fdatasync instead, one at a time', async () => {
+    const refused = () => Promise.reject(Object.assign(new Error('ENOSYS: function not implemented, sync_file_range'), { code: 'ENOSYS' }));
+    const seen = countFlushes(refused);
+    await writeTwelveFrames(join(root, 'img'), 10_000);
+    // Asked once; every later flush went straight to fdatasync.
+    expect(seen.writebacks).toBe(1);
+    expect(seen.datasyncs).toBeGreaterThanOrEqual(1);
+    expect(seen.most).toBe(1);
+  });
+
+  for (const failing of ['writeback', 'datasync'] as const) {
+    it(`a failing background ${failing} fails the image like a failed write, and leaves nothing`, async () => {
+      const path = join(root, 'img');
+      const eio = (call: string) => () => Promise.reject(Object.assign(new Error(`EIO: i/o error, ${call}`), { code: 'EIO' }));
+      writerTestHooks.startWriteback = failing === 'writeback' ? eio('sync_file_range') : () => Promise.reject(Object.assign(new Error('ESPIPE'), { code: 'ESPIPE' }));
+      writerTestHooks.openFile = async (p, role) => {
+        const fh = await open(p, 'wx', 0o600);
+        if (role === 'data' && failing === 'datasync') fh.datasync = eio('fdatasync');
+        return fh;
+      };
+      const writer = await ImageWriter.create(path, { flushEveryBytes: 1 });
+      await writer.appendFrame(compressFrame(pseudoRandom(5000, 1))).catch(() => undefined);
+      const err = await rejection(writer.commit(baseManifest([], [], writer.storedBytes, 1)));
+      expect(err.code).toBe('IMAGE_WRITE_FAILED');
+      expect(err.message).toBe(`cannot write image ${path}: i/o error`);
+      expect(await readdir(root)).toEqual([]);
+    });
+  }
 
   it('syncTree syncs files in nested directories, never follows a symlink, and reports a missing directory', async () => {
     const dir = join(root, 'criu');

@@ -21,11 +21,12 @@ import { removeStaleTempDirs, tempDirName } from './temp-dirs.js';
 import { fsyncDir } from './durable.js';
 import { faultPoint } from '../faults.js';
 import { PhaseClock, type Phases } from '../phase-clock.js';
+import { native } from '../../native/index.js';
 
 export interface ImageWriterOptions {
   /** Replace an existing image at the target path (only an image or an empty directory). */
   force?: boolean;
-  /** Appended bytes between two background flushes (default FLUSH_EVERY). */
+  /** Appended bytes between two background flushes (default WRITEBACK_EVERY, or FLUSH_EVERY where writeback cannot be started). */
   flushEveryBytes?: number;
 }
 
@@ -36,11 +37,14 @@ export interface ImageWriterOptions {
  */
 export const writerTestHooks: {
   openFile?: (path: string, role: 'data' | 'manifest') => Promise<FileHandle>;
+  startWriteback?: (fh: FileHandle) => Promise<void>;
 } = {};
 
 type State = 'open' | 'committing' | 'committed' | 'aborted';
 
-/** Appended bytes between two background flushes: large enough that each keeps the disk busy. */
+/** Appended bytes between two starts of writeback: the disk gets work from the first frames on. */
+export const WRITEBACK_EVERY = 16 * 2 ** 20;
+/** Where writeback cannot be started: appended bytes between two background fdatasyncs, large enough that each keeps the disk busy. */
 export const FLUSH_EVERY = 256 * 2 ** 20;
 
 export class ImageWriter {
@@ -58,6 +62,8 @@ export class ImageWriter {
   /** Bytes appended since the last background flush started (see flushInBackground). */
   private unflushed = 0;
   private flushing = false;
+  /** How a background flush gets the disk writing: sync_file_range, or fdatasync where that is refused. */
+  private flushBy: 'writeback' | 'datasync' = 'writeback';
   /** The working directory's removal, once aborted. */
   private cleaning: Promise<void> | undefined;
   /** What cleanup removes: the working directory, or the final path once renamed there. */
@@ -70,7 +76,7 @@ export class ImageWriter {
     tempPath: string,
     private readonly force: boolean,
     private data: FileHandle | undefined,
-    private readonly flushEvery: number,
+    private readonly flushEvery: number | undefined,
   ) {
     this.path = path;
     this.tempPath = tempPath;
@@ -102,7 +108,7 @@ export class ImageWriter {
       await rm(tempPath, { recursive: true, force: true }).catch(() => {});
       throw writeFailed(target, e);
     }
-    return new ImageWriter(target, tempPath, force, data, opts.flushEveryBytes ?? FLUSH_EVERY);
+    return new ImageWriter(target, tempPath, force, data, opts.flushEveryBytes);
   }
 
   /** Bytes appended to pool.zst so far (the next frame's offset). */
@@ -132,15 +138,20 @@ export class ImageWriter {
    * The kernel starts writeback on its own only past dirty_background_ratio
    * (10 % of host memory: more than most images) or after 30 s, so without
    * this the disk sat idle during compression and commit's fsync wrote the
-   * whole image: 16 GiB took 3.2 s to compress, then 3.0 s to sync. One
-   * fdatasync at a time, on one of libuv's threads; commit waits for it,
-   * and a failure fails the image like a failed write.
+   * whole image: 16 GiB took 3.2 s to compress, then 3.0 s to sync.
+   * sync_file_range queues the pages written since the last call and
+   * returns, every WRITEBACK_EVERY bytes, so the disk starts on the first
+   * frames; an fdatasync every FLUSH_EVERY bytes, which waits for its
+   * writes, left it idle until the first 256 MiB were appended and between
+   * two syncs. One at a time, on one of libuv's threads; commit waits for
+   * it, and a failure fails the image like a failed write.
    */
   private flushInBackground(): void {
-    if (this.flushing || this.state !== 'open' || !this.data || this.unflushed < this.flushEvery) return;
+    const every = this.flushEvery ?? (this.flushBy === 'writeback' ? WRITEBACK_EVERY : FLUSH_EVERY);
+    if (this.flushing || this.state !== 'open' || !this.data || this.unflushed < every) return;
     this.flushing = true;
     this.unflushed = 0;
-    this.track(this.data.datasync())
+    this.track(this.flushOnce(this.data))
       .then(() => {
         this.flushing = false;
         this.flushInBackground();
@@ -151,11 +162,30 @@ export class ImageWriter {
   }
 
   /**
+   * One background flush. Commit closes the file only once it is done; an
+   * abort may close it meanwhile, and the image is then dropped whatever
+   * the call on the old fd does.
+   */
+  private async flushOnce(data: FileHandle): Promise<void> {
+    if (this.flushBy === 'datasync') return data.datasync();
+    try {
+      await (writerTestHooks.startWriteback ?? ((fh) => native().startWriteback(fh.fd)))(data);
+    } catch (e) {
+      // Not a regular file, or a kernel or file system without it.
+      if (!isOsError(e) || !WRITEBACK_REFUSED.has(e.code!)) throw e;
+      this.flushBy = 'datasync';
+      await data.datasync();
+    }
+  }
+
+  /**
    * Make the image durable and visible at its path. `manifest.data` must
    * describe exactly the frames appended (storedBytes = bytes appended).
    */
   async commit(manifest: Manifest): Promise<void> {
-    await this.failedAlready();
+    // No await when nothing failed: a flush failing in that gap would
+    // otherwise be thrown by assertOpen before its cleanup ended.
+    if (this.failure) await this.failedAlready();
     this.assertOpen('commit');
     this.state = 'committing';
     const clock = new PhaseClock();
@@ -317,6 +347,9 @@ export class ImageWriter {
     await fsyncDir(parent);
   }
 }
+
+/** sync_file_range's errors that mean "not here" rather than a failed write. */
+const WRITEBACK_REFUSED = new Set(['ENOSYS', 'EINVAL', 'ESPIPE', 'EOPNOTSUPP']);
 
 function writeFailed(target: string, e: unknown): GpuckptError {
   if (isGpuckptError(e)) return e;

@@ -5,6 +5,7 @@
 
 #include "driver_checkpoint.h"
 #include "driver_probe.h"
+#include "file_writeback.h"
 #include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
 #include "host_digest.h"
@@ -26,6 +27,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
   exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));
+  exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));

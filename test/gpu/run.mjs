@@ -723,7 +723,12 @@ function launchViaFifo(prog, args = []) {
     }
   };
   const send = async (cmd, expect, ms = 60_000) => {
-    fs.writeSync(w, cmd + '\n');
+    try {
+      fs.writeSync(w, cmd + '\n');
+    } catch (e) {
+      // EPIPE: the program is gone; say what it printed last.
+      throw failure(`${cmd}: cannot write to the program (${e.code ?? e.message}): it has ended`, tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : ''));
+    }
     const e = await nextLine(cmd, ms);
     if (e.event !== expect) throw failure(`${cmd}: got ${JSON.stringify(e).slice(0, 200)}`);
     return e;
