@@ -96,6 +96,14 @@ export interface CheckpointSummary {
   commitPhases: Phases;
   /** checkpoint --live: the rounds copied while the application ran, and what the pause copied. */
   live?: LiveStats;
+  /**
+   * When the image's bytes went to its file: the first frame's write
+   * (seconds from the command's start; absent with no frame) and the
+   * bytes written when the pause ended. The rest went between then and
+   * commit, so what bounds a small image shows: the disk from the first
+   * write on, or what came before it.
+   */
+  writes: { firstSeconds?: number; atPauseEndBytes: number };
 }
 
 export const DEFAULT_LEASE_MS = 30_000;
@@ -260,6 +268,10 @@ export async function writePoolImage(
       commitPhases: writer.commitPhases,
       ...(run.pausePhases ? { pausePhases: run.pausePhases } : {}),
       ...(live ? { live: live.stats } : {}),
+      writes: {
+        ...(run.firstWriteAt !== undefined ? { firstSeconds: round((run.firstWriteAt - t0) / 1000, 4) } : {}),
+        atPauseEndBytes: run.storedAtPauseEnd,
+      },
     };
   } catch (e) {
     await writer?.abort().catch(() => undefined);
@@ -325,6 +337,10 @@ interface CopyRun {
   drainSeconds: number;
   syncSeconds: number;
   ringMode: boolean;
+  /** performance.now() when the first frame was written. */
+  firstWriteAt?: number;
+  /** Bytes in the image's file when the pause ended. */
+  storedAtPauseEnd: number;
 }
 
 async function copyAndCompress(
@@ -351,6 +367,8 @@ async function copyAndCompress(
   const compressions: Promise<void>[] = [];
   let firstFailure: unknown;
   let written = 0;
+  let firstWriteAt: number | undefined;
+  let storedAtPauseEnd = 0;
 
   const snapshot = opts.snapshot;
   const pauseStart = performance.now();
@@ -402,6 +420,7 @@ async function copyAndCompress(
       throw e;
     }
     pauseSeconds = snapshot?.pauseSeconds ?? (performance.now() - pauseStart) / 1000;
+    storedAtPauseEnd = Number(writer.storedBytes);
     // Not before release: started during a suspend's driver checkpoint,
     // compression on every core delayed the GPU being free (PyTorch job:
     // 1.58 -> 1.82 s, 16 GiB: 1.71 -> 2.00 s, on 2x H200).
@@ -499,6 +518,7 @@ async function copyAndCompress(
       if (firstFailure) return; // a failed checkpoint writes nothing more
       const data = await codecs.compress(stagingOffset, piece.length, level);
       const fileOffset = await writer.appendFrame(data);
+      firstWriteAt ??= performance.now();
       frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
       written += piece.length;
       progress.update(`checkpoint: wrote ${formatBytes(written)}`);
@@ -521,5 +541,7 @@ async function copyAndCompress(
     drainSeconds: seconds(q.drainNs),
     syncSeconds: seconds(q.syncNs),
     ringMode,
+    firstWriteAt,
+    storedAtPauseEnd,
   };
 }

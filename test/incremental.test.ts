@@ -43,6 +43,11 @@ describe('checkpoint --parent', () => {
     expect(Object.keys(inc.setupPhases)).toEqual(['status', 'parent', 'writer', 'kernel']);
     expect(Object.keys(inc.pausePhases)).toEqual(['quiesce', 'allocations', 'digest', 'plan', 'staging', 'copy', 'release']);
     expect(Object.keys(inc.commitPhases)).toEqual(['appends', 'sync', 'directory', 'install']);
+    // When the bytes went to the file: the first write within the command, what the pause had written within the image.
+    expect(inc.writes.firstSeconds).toBeGreaterThan(0);
+    expect(inc.writes.firstSeconds).toBeLessThanOrEqual(inc.seconds);
+    expect(inc.writes.atPauseEndBytes).toBeGreaterThanOrEqual(0);
+    expect(inc.writes.atPauseEndBytes).toBeLessThanOrEqual(inc.storedBytes);
 
     const T2 = (await app.command('touch 50')).buffers as BufferState[];
     const C = box.path('C');

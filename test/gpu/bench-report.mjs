@@ -121,6 +121,17 @@ function driverCallRows(r) {
   ];
 }
 
+/** When an image's bytes went to its file, and the pace from the first one on (older results lack it). */
+function writeRows(r) {
+  const { g, s, gb } = cells(r);
+  const rate = (k) => `${g(k).median.toFixed(2)} GB/s (${g(k).all.map((v) => v.toFixed(2)).join(', ')})`;
+  return [
+    `| first frame written, from the command's start | ${s('full_first_write_seconds')} | ${s('inc_first_write_seconds')} | | |`,
+    `| … written when the pause ended | ${gb('full_stored_at_pause_end_bytes')} | ${gb('inc_stored_at_pause_end_bytes')} | | |`,
+    `| … image bytes per second from the first write until durable | ${rate('full_write_GBps')} | ${rate('inc_write_GBps')} | | |`,
+  ];
+}
+
 /** Incremental images: checkpoint --parent against the full checkpoint it follows, on the same process. */
 function incrementalTable(r) {
   const { g, s, gb } = cells(r);
@@ -139,6 +150,7 @@ function incrementalTable(r) {
     `| data copied and stored | | ${gb('inc_raw_bytes')} | | |`,
     `| digest kernel (in the pause) | | ${s('digest_seconds')} | | |`,
     `| restore --into through the chain | | ${s('chain_restore_seconds')} | | |`,
+    ...(g('inc_first_write_seconds') ? writeRows(r) : []),
     '',
     ...['full', 'inc'].map((w) => phaseLine(r, `${w}.`, `Where the ${w === 'full' ? 'full' : 'incremental'} checkpoint's time goes`)).filter(Boolean),
     '',

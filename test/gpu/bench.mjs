@@ -298,6 +298,13 @@ async function benchIncremental(h, runs, gib) {
       for (const [k, v] of Object.entries(f.setupPhases ?? {})) add(`full.setup.${k}_s`, v);
       for (const [k, v] of Object.entries(f.pausePhases ?? {})) add(`full.pause.${k}_s`, v);
       add('size_ratio', c.storedBytes / f.storedBytes);
+      // When the bytes went to the file: from the first frame's write on, the disk's pace bounds the image.
+      for (const [w, x] of [['full', f], ['inc', c]]) {
+        if (x.writes?.firstSeconds === undefined) continue;
+        add(`${w}_first_write_seconds`, x.writes.firstSeconds);
+        add(`${w}_stored_at_pause_end_bytes`, x.writes.atPauseEndBytes);
+        add(`${w}_write_GBps`, x.storedBytes / 1e9 / (x.seconds - x.writes.firstSeconds));
+      }
       if (i === runs - 1) {
         await p.send('mutate', 'mutated', 120_000);
         const r = await h.cliJson(['restore', inc, '--into', pid, '--json'], 600_000);
