@@ -99,7 +99,8 @@ export interface CheckpointSummary {
   /**
    * When the image's bytes went to its file: the first frame's write
    * (seconds from the command's start; absent with no frame) and the
-   * bytes written when the pause ended. The rest went between then and
+   * bytes written when the pause ended (from a copy taken on the GPU in
+   * an earlier pause: when the copy from it ended). The rest went between then and
    * commit, so what bounds a small image shows: the disk from the first
    * write on, or what came before it.
    */
@@ -339,7 +340,7 @@ interface CopyRun {
   ringMode: boolean;
   /** performance.now() when the first frame was written. */
   firstWriteAt?: number;
-  /** Bytes in the image's file when the pause ended. */
+  /** Bytes in the image's file once release() returned: the pause's end (from a snapshot, the copy's). */
   storedAtPauseEnd: number;
 }
 
