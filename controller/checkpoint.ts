@@ -199,7 +199,7 @@ export async function writePoolImage(
     const progress = new Progress(opts.progress);
     let live: LiveCopy | undefined;
     if (opts.live && session.poolActive) {
-      live = new LiveCopy(session, staging!, codecs, parent?.blockSize ?? DIGEST_BLOCK, progress);
+      live = new LiveCopy(session, staging!, codecs, parent?.digests.blockSize ?? DIGEST_BLOCK, progress);
       await live.precopy();
       clock.mark('precopy');
     }
@@ -283,11 +283,10 @@ export async function writePoolImage(
   }
 }
 
-/** A parent's digests, and its block: the child's digests are taken in the same blocks, so they compare. */
+/** A parent and its digests (in its blocks: the child's digests are taken in the same blocks, so they compare). */
 interface ParentDigests {
   record: ParentRecord;
   digests: ParentBlocks;
-  blockSize: number;
 }
 
 /**
@@ -309,7 +308,7 @@ export async function readParent(path: string, out: string, session: ShimSession
     if (!digests) throw new GpuckptError('BAD_ARGUMENT', `${reader.path} has no block digests (the driver could not run the digest kernel when it was made): it cannot be a parent`);
     if (!samePool(m.pool, { base: session.hello.poolBase, sliceSize: session.hello.sliceSize, deviceCount: session.hello.deviceCount }))
       throw new GpuckptError('LAYOUT_MISMATCH', `${reader.path} was made from a pool of another layout than process ${session.pid}'s: it cannot be a parent`);
-    return { record: { path: reader.path, manifestSha256: reader.manifestSha256 }, digests, blockSize: m.blocks!.size };
+    return { record: { path: reader.path, manifestSha256: reader.manifestSha256 }, digests };
   } finally {
     await Promise.all([reader, ...parents].map((r) => r.close()));
   }
@@ -385,7 +384,7 @@ async function copyAndCompress(
   let digests: Buffer[] | undefined;
   let digestSeconds = 0;
   let zeros: ZeroBlocks = { bytes: 0, fills: [] };
-  const blockSize = parent?.blockSize ?? DIGEST_BLOCK;
+  const blockSize = parent?.digests.blockSize ?? DIGEST_BLOCK;
   let copied = 0;
   // Staging cannot hold every piece at once: regions are reused.
   let ringMode = false;

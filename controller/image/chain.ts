@@ -261,16 +261,16 @@ export class ParentBlocks {
 
   /** Whether block k of allocation a (its digests b) is unchanged since the parent. */
   unchangedIn(a: AllocationRecord, b: AllocationBlocks): (k: number) => boolean {
+    // The parent's block j is the child's block k: same length, same digest.
+    const sameBlock = (p: AllocationBlocks, j: number, k: number) => j < p.count && p.bytes(j, j + 1) === b.bytes(k, k + 1) && p.sameDigest(j, b, k);
     const same = this.holding(a.device, a.addr);
     // Usually the parent has the same allocation: block k against block k.
-    if (same && same.addr === a.addr) return (k) => k < same.blocks.count && same.blocks.bytes(k, k + 1) === b.bytes(k, k + 1) && same.blocks.sameDigest(k, b, k);
+    if (same && same.addr === a.addr) return (k) => sameBlock(same.blocks, k, k);
     const size = BigInt(this.blockSize);
     return (k) => {
       const addr = b.addr(k);
       const p = this.holding(a.device, addr);
-      if (!p || (addr - p.addr) % size !== 0n) return false;
-      const j = Number((addr - p.addr) / size);
-      return j < p.blocks.count && p.blocks.bytes(j, j + 1) === b.bytes(k, k + 1) && p.blocks.sameDigest(j, b, k);
+      return !!p && (addr - p.addr) % size === 0n && sameBlock(p.blocks, Number((addr - p.addr) / size), k);
     };
   }
 }

@@ -186,16 +186,13 @@ async function benchShim(h, runs) {
   const rounds = await launchRateRounds(h, cpu, Math.max(0, Number(process.env.BENCH_LAUNCH_ROUNDS ?? 40)));
   const result = { ...medians(m), ...rounds };
   const perLaunch = await driverCallsPerLaunch(h, 100_000);
-  const addedNs = result.shim_ns_per_driver_call.median * perLaunch;
+  // What the shim's calls add to a launch, against native's time per launch.
+  const costFraction = (result.shim_ns_per_driver_call.median * perLaunch) / (1e9 / result.launches_per_s_plain.median);
   return {
     ...result,
     bench_cpu: { median: Number(cpu), all: [Number(cpu)] },
     driver_calls_per_launch: { median: perLaunch, all: [perLaunch] },
-    // What the shim's calls add to a launch, against native's time per launch.
-    shim_launch_cost_fraction: {
-      median: addedNs / (1e9 / result.launches_per_s_plain.median),
-      all: [addedNs / (1e9 / result.launches_per_s_plain.median)],
-    },
+    shim_launch_cost_fraction: { median: costFraction, all: [costFraction] },
   };
 }
 
@@ -289,17 +286,12 @@ async function benchIncremental(h, runs, gib) {
       add('inc_stored_bytes', c.storedBytes);
       add('digest_seconds', c.digestSeconds);
       add('time_ratio', c.seconds / f.seconds);
-      for (const [k, v] of Object.entries(f.phases ?? {})) add(`full.${k}_s`, v);
-      for (const [k, v] of Object.entries(c.phases ?? {})) add(`inc.${k}_s`, v);
-      for (const [k, v] of Object.entries(c.setupPhases ?? {})) add(`inc.setup.${k}_s`, v);
-      for (const [k, v] of Object.entries(c.pausePhases ?? {})) add(`inc.pause.${k}_s`, v);
-      for (const [k, v] of Object.entries(c.commitPhases ?? {})) add(`inc.commit.${k}_s`, v);
-      for (const [k, v] of Object.entries(f.commitPhases ?? {})) add(`full.commit.${k}_s`, v);
-      for (const [k, v] of Object.entries(f.setupPhases ?? {})) add(`full.setup.${k}_s`, v);
-      for (const [k, v] of Object.entries(f.pausePhases ?? {})) add(`full.pause.${k}_s`, v);
       add('size_ratio', c.storedBytes / f.storedBytes);
-      // When the bytes went to the file: from the first frame's write on, the disk's pace bounds the image.
       for (const [w, x] of [['full', f], ['inc', c]]) {
+        // Where the time went: the phases, then setup, the pause and commit by step.
+        for (const [k, v] of Object.entries(x.phases ?? {})) add(`${w}.${k}_s`, v);
+        for (const part of ['setup', 'pause', 'commit']) for (const [k, v] of Object.entries(x[`${part}Phases`] ?? {})) add(`${w}.${part}.${k}_s`, v);
+        // When the bytes went to the file: from the first frame's write on, the disk's pace bounds the image.
         if (x.writes?.firstSeconds === undefined) continue;
         add(`${w}_first_write_seconds`, x.writes.firstSeconds);
         add(`${w}_stored_at_pause_end_bytes`, x.writes.atPauseEndBytes);
