@@ -53,6 +53,12 @@ async function onPoolFill(h, gib, body) {
 /** h: the runner's harness (run.mjs): test, Skip, failure, cliJson, launchViaFifo, ... */
 export async function runBench(h) {
   const env = process.env;
+  if (env.BENCH_TORCH !== '0') {
+    // DESIGN.md's job; torch_train.py's own defaults are the tests' smaller
+    // one (a bench run without these measured that, labelled as this).
+    env.TORCH_PARAMS_M ??= '100';
+    env.TORCH_BUFFER_GIB ??= '8';
+  }
   const runs = Math.max(1, Number(env.BENCH_RUNS ?? 3));
   const outDir = env.BENCH_OUT ?? env.OUT ?? path.join(h.ROOT, 'docs', 'bench');
   fs.mkdirSync(outDir, { recursive: true });
@@ -149,7 +155,7 @@ export async function runBench(h) {
         },
         gpuOnly: false,
       });
-      save('torch', `PyTorch job of DESIGN.md (${env.TORCH_PARAMS_M ?? 100}M parameters, AdamW, ${env.TORCH_BUFFER_GIB ?? 8} GiB buffer)`, metrics);
+      save('torch', `PyTorch job of DESIGN.md (${env.TORCH_PARAMS_M}M parameters, AdamW, ${env.TORCH_BUFFER_GIB} GiB buffer)`, metrics);
       return summarize(metrics);
     });
   }

@@ -6,7 +6,8 @@
 // `SKIP NAME: reason`, measurements as `measure NAME: key=value ...`, notes as
 // `# ...`, and last exactly one line `N passed, N failed, N skipped`. Exit 1
 // if any test failed. Everything printed also goes to $OUT/gpu-test.log when
-// OUT is set.
+// OUT is set ($OUT/gpu-bench.log for a bench: a bench run after the tests
+// used to empty their log).
 //
 // Environment:
 //   GPU_TEST_BIN_DIR   built programs (default build/gpu)
@@ -17,7 +18,7 @@
 //   GPU_TEST_POOL_GIB  pool_fill size in GiB (default 16, scaled to free memory)
 //   GPU_TEST_ONLY      comma-separated test-name prefixes to run (default all)
 //   GPU_TEST_VERBOSE   1: pass the programs' stderr through
-//   GPU_TEST_LOG_APPEND  1: append to $OUT/gpu-test.log (run.sh started it)
+//   GPU_TEST_LOG_APPEND  1: append to the log (run.sh started it)
 //   GPU_RUN_MODE       bench: run the benchmark of bench.mjs instead of the tests
 //                      (npm run bench; its BENCH_* variables are described there)
 
@@ -44,7 +45,7 @@ const MiB = 2 ** 20;
 
 // ------------------------------------------------------------------ output --
 
-const logPath = env.OUT ? path.join(env.OUT, 'gpu-test.log') : null;
+const logPath = env.OUT ? path.join(env.OUT, env.GPU_RUN_MODE === 'bench' ? 'gpu-bench.log' : 'gpu-test.log') : null;
 if (logPath) {
   fs.mkdirSync(env.OUT, { recursive: true });
   if (env.GPU_TEST_LOG_APPEND !== '1') fs.writeFileSync(logPath, '');

@@ -7,6 +7,8 @@
 #
 # Environment:
 #   OUT            if set, everything printed also goes to $OUT/gpu-test.log
+#                  ($OUT/gpu-bench.log for npm run bench, so a bench run after
+#                  the tests in one session leaves their log whole)
 #   NVCC           nvcc to use (default: nvcc on PATH, else $CUDA_HOME/bin/nvcc)
 #   CUDA_HOME      toolkit root (default: from nvcc's location, else /usr/local/cuda)
 #   GPU_GENCODE    nvcc -gencode value (default arch=compute_90,code=[sm_90,compute_90])
@@ -21,7 +23,7 @@ APPS=test/gpu/apps
 LOG=
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
-    LOG="$OUT/gpu-test.log"
+    LOG="$OUT/gpu-$([ "${GPU_RUN_MODE:-}" = bench ] && echo bench || echo test).log"
     : >"$LOG"
 fi
 say() {
