@@ -5,7 +5,7 @@
  * decompress an image before the process it goes to exists: while CRIU
  * brings it back.
  *
- * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (256 MiB) each,
+ * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (32 MiB) each,
  * more when that would take more than maxStagingFiles, whole 2 MiB; the
  * kernel faults in one memfd's pages one thread at a time, so many files
  * let the workers fill staging in parallel.
@@ -15,7 +15,8 @@ import { closeStaging, type StagingMemory } from './session.js';
 import { formatBytes, parseSize } from './units.js';
 import { native } from '../native/index.js';
 
-const DEFAULT_FILE_BYTES = 256 * 1024 * 1024;
+/** GP_DEFAULT_STAGING_FILE of interpose/config.h (which says why). */
+const DEFAULT_FILE_BYTES = 32 * 1024 * 1024;
 const FILE_ALIGN = 2 * 1024 * 1024;
 
 /** Bytes per memfd for size bytes of staging. */

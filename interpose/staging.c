@@ -26,6 +26,10 @@
  * memory (28 GB/s, sixteen 24 GB/s), which goes through the bounce ring now. */
 #define MAX_WORKERS 16
 #define PAGE 4096u
+/* By default a piece is a memfd, so no two threads fault in one file; but
+ * at most this, so a copy into large files (staging past 62.5 GiB, or one
+ * memfd for an application short of fds) never waits for a whole file. */
+#define MAX_DEFAULT_PIECE (256ull << 20)
 
 enum piece_state { PIECE_PENDING, PIECE_TAKEN, PIECE_READY };
 
@@ -128,6 +132,8 @@ static void join_workers(struct gp_staging_prep *p)
 static int prep_start(struct gp_staging *s, int device, bool fault)
 {
     uint64_t piece = gp_shim_config()->staging_piece;
+    if (!piece)
+        piece = s->file_bytes && s->file_bytes < MAX_DEFAULT_PIECE ? s->file_bytes : MAX_DEFAULT_PIECE;
     if (piece < PAGE)
         piece = PAGE;
     if ((s->size + piece - 1) / piece > UINT32_MAX)
@@ -231,7 +237,7 @@ void gp_staging_wait_all(struct gp_staging *s)
         join_workers(s->prep); /* workers end once every piece is taken and done */
 }
 
-/* Bytes per memfd: GPUCKPT_STAGING_FILE (256 MiB, a preparation piece
+/* Bytes per memfd: GPUCKPT_STAGING_FILE (32 MiB, a preparation piece
  * each, by default), more when that would take more than
  * GPCK_MAX_STAGING_FILES; whole 2 MiB, so whole pages of any size. */
 static uint64_t file_bytes_for(uint64_t size)

@@ -9,7 +9,7 @@
  * reach a quarter of it). Getting 16 GiB of it ready costs more than the
  * DMA itself (on the H200 hosts: faulting in 0.44-0.8 s as many memfds,
  * 2.7 s as one; pinning 0.41-0.45 s; DMA 0.31 s), so it is prepared in the
- * background, in 256 MiB pieces by several threads, and a copy waits only
+ * background, a memfd a piece, by several threads, and a copy waits only
  * for the pieces it touches:
  * preparation overlaps the application's quiesce and the DMA of the pieces
  * before.

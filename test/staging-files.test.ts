@@ -12,8 +12,10 @@ import { closeStaging } from '../controller/session.js';
 const MiB = 1024 * 1024;
 
 describe('staging files', () => {
-  it('are 256 MiB each by default, GPUCKPT_STAGING_FILE in whole 2 MiB otherwise, and never more than the shim takes', () => {
-    expect(stagingFileBytes(16 * 1024 * MiB, {})).toBe(256 * MiB);
+  it('are 32 MiB each by default, GPUCKPT_STAGING_FILE in whole 2 MiB otherwise, and never more than the shim takes', () => {
+    expect(stagingFileBytes(1700 * MiB, {})).toBe(32 * MiB);
+    // 16 GiB in 250 files at most: 66 MiB each (65.5, in whole 2 MiB).
+    expect(stagingFileBytes(16 * 1024 * MiB, {})).toBe(66 * MiB);
     expect(stagingFileBytes(44 * MiB, { GPUCKPT_STAGING_FILE: '1M' })).toBe(2 * MiB);
     expect(stagingFileBytes(44 * MiB, { GPUCKPT_STAGING_FILE: '6M' })).toBe(6 * MiB);
     // 250 files at most: 1 TiB needs files of 4 GiB + alignment.
