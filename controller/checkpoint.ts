@@ -368,7 +368,8 @@ async function copyAndCompress(
   let ring!: StagingRing;
   let staging!: StagingMemory;
   // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
-  const limiter = new Limiter(2 * codecs.size);
+  const framesInFlight = 2 * codecs.size;
+  const limiter = new Limiter(framesInFlight);
   // Compression may have to wait for release() (see holdCompression).
   let allowCompression!: () => void;
   const compressionAllowed = new Promise<void>((r) => (allowCompression = r));
@@ -429,7 +430,7 @@ async function copyAndCompress(
       throw e;
     }
     pauseSeconds = snapshot?.pauseSeconds ?? (performance.now() - pauseStart) / 1000;
-    limiter.setLimit(2 * codecs.size); // every core compresses once the application runs
+    limiter.setLimit(framesInFlight); // every core compresses once the application runs
     storedAtPauseEnd = Number(writer.storedBytes);
     // Not before release: started during a suspend's driver checkpoint,
     // compression on every core delayed the GPU being free (PyTorch job:
