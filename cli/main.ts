@@ -35,6 +35,11 @@ function examples(lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
 }
 
+/** A repeatable option's values, in order. */
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
 function parseWorkers(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1 || n > 256) throw new GpuckptError('BAD_ARGUMENT', `--workers "${v}" must be a whole number from 1 to 256`);
@@ -108,6 +113,7 @@ function buildProgram(): Command {
     .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
     .option('--leave-running', 'whole-process image, and the process carries on afterwards')
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
+    .option('--criu-opt <option>', 'pass an option to criu dump, e.g. --criu-opt=--tcp-established (repeatable; CRIU also reads its own config files)', collect, [])
     .option('--force', 'replace an existing image at the output path')
     .option('--parent <image>', 'store only the blocks changed since this image (restore then needs it, and its own parents)')
     .option('--live', 'copy while the application runs, again where it changed, and pause it only for the last changes (needs host memory for the whole pool)')
@@ -123,7 +129,7 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; force?: boolean; parent?: string; live?: boolean; level: string }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {
       const pid = parsePid(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
@@ -135,7 +141,7 @@ function buildProgram(): Command {
         else printCheckpoint(summary);
         return;
       }
-      const summary = await checkpointProcess(pid, opts.output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu });
+      const summary = await checkpointProcess(pid, opts.output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt });
       if (opts.json) console.log(toJson(summary));
       else printProcessCheckpoint(summary);
     });

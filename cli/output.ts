@@ -117,14 +117,17 @@ export function printMigrate(m: MigrateSummary): void {
 }
 
 export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
-  console.log(`process ${s.pid} saved to ${s.image}${s.leftRunning ? '; it carries on' : '; it has stopped and its GPU is free'}`);
+  const job = s.members.length > 1 || s.members[0] !== s.pid ? `job of process ${s.pid} (CUDA in ${s.members.join(', ')})` : `process ${s.pid}`;
+  console.log(`${job} saved to ${s.image}${s.leftRunning ? '; it carries on' : '; it has stopped and its GPU is free'}`);
   console.log(`  pool ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)}; GPU free after ${s.gpuFreeSeconds} s; CRIU ${s.criuVersion} dump ${s.dumpSeconds} s; total ${s.seconds} s`);
   if (s.pauseSeconds !== undefined)
     console.log(`  application paused ${s.pauseSeconds} s (${s.route === 'gpu' ? 'pool copied on its GPU' : `pool through host memory: ${s.whyThroughHost ?? 'asked to'}`})`);
+  for (const n of s.notes) console.log(`  ${n}`);
 }
 
 export function printProcessRestore(s: ProcessRestoreSummary): void {
   process.stderr.write(
-    `gpuckpt: restored process ${s.pid} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
+    `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
   );
+  for (const f of s.appended ?? []) process.stderr.write(`gpuckpt: ${f} changed since the image was made: the job writes on at its end\n`);
 }

@@ -2,12 +2,13 @@
  * CRIU, the process checkpointer gpuckpt relies on for everything outside
  * the GPU: found on PATH, or given by --criu / GPUCKPT_CRIU; version 4.0 or
  * newer (3.x fails on current kernels). Runs with a log in the image, and
- * failures report CRIU's own last error line.
+ * failures report CRIU's first error line and a log that is kept.
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, readlinkSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from './errors.js';
+import { ownRunDir } from './run-dir.js';
 
 export interface Criu {
   path: string;
@@ -31,46 +32,81 @@ export function findCriu(given?: string): Criu {
   return { path, version };
 }
 
-/** True when the process's stdin is a terminal: CRIU must treat it as a shell job. */
-export function isShellJob(pid: number): boolean {
+/**
+ * CRIU's first real error: the cause, where later lines report its
+ * consequences ("Dumping FAILED"). Its RLIMIT_NOFILE complaint, which CRIU
+ * makes and survives as an unprivileged user, is no cause.
+ */
+export function firstError(log: string): string {
   try {
-    return /^\/dev\/(pts\/\d+|tty)/.test(readlinkSync(`/proc/${pid}/fd/0`));
-  } catch {
-    return false;
-  }
-}
-
-function lastError(log: string): string {
-  try {
-    const lines = readFileSync(log, 'utf8').split('\n').filter((l) => /Error \(/.test(l) && !/RLIMIT_NOFILE/.test(l));
-    const last = lines[lines.length - 1];
-    return last ? last.replace(/^\([\d.]+\)\s*/, '') : 'see the log';
+    const line = readFileSync(log, 'utf8')
+      .split('\n')
+      .find((l) => /Error \(/.test(l) && !/RLIMIT_NOFILE/.test(l));
+    return line ? line.replace(/^\([\d.]+\)\s*/, '').replace(/^\d+: /, '') : 'see the log';
   } catch {
     return 'no log';
   }
 }
 
-export function criuDump(criu: Criu, pid: number, dir: string, opts: { leaveRunning: boolean; shellJob: boolean }): void {
-  const args = ['dump', '-t', String(pid), '-D', dir, '-o', 'dump.log', '-v4'];
+/**
+ * A copy of a failed dump's log that outlives its working directory:
+ * <run dir>/logs/criu-dump-PID-TIME.log (the newest 20 kept).
+ */
+function keepLog(log: string, pid: number): string {
+  const dir = join(ownRunDir(), 'logs');
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const kept = join(dir, `criu-dump-${pid}-${new Date().toISOString().replace(/[:.]/g, '-')}.log`);
+    copyFileSync(log, kept);
+    const old = readdirSync(dir).filter((n) => n.startsWith('criu-dump-')).sort((a, b) => statSync(join(dir, a)).mtimeMs - statSync(join(dir, b)).mtimeMs);
+    for (const n of old.slice(0, Math.max(0, old.length - KEPT_LOGS))) rmSync(join(dir, n), { force: true });
+    return kept;
+  } catch {
+    return log;
+  }
+}
+
+const KEPT_LOGS = 20;
+
+/** `criu dump` of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
+export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[] }): void {
+  const args = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...opts.args];
   if (opts.leaveRunning) args.push('--leave-running');
-  if (opts.shellJob) args.push('--shell-job');
   const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
-  if (r.status !== 0)
-    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${pid} failed: ${lastError(join(dir, 'dump.log'))} (log: ${join(dir, 'dump.log')})`);
+  if (r.status !== 0) {
+    const log = join(dir, 'dump.log');
+    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, root)})`);
+  }
+}
+
+/** An fd of this process that `criu restore` takes for a resource of the image (--inherit-fd). */
+export interface InheritedFd {
+  fd: number;
+  /** 'pipe:[123]', 'socket:[123]' or a path without its leading '/'. */
+  resource: string;
 }
 
 /**
  * Starts `criu restore`. Detached, it returns once the process tree is back;
  * attached, CRIU stays the restored process's parent and exits with its
- * status, which the returned child reports.
+ * status, which the returned child reports. A terminal job gets this
+ * command's terminal; inherit fds go to CRIU from fd 3 on. CRIU ignores
+ * SIGINT and SIGQUIT, which a terminal sends the restored job itself (the
+ * job's own dispositions come back from the image).
  */
-export function criuRestore(criu: Criu, dir: string, opts: { detach: boolean; shellJob: boolean; pidFile: string }): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile];
+export function criuRestore(
+  criu: Criu,
+  dir: string,
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args?: string[] },
+): ChildProcess {
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, ...(opts.args ?? [])];
   if (opts.detach) args.push('--restore-detached');
   if (opts.shellJob) args.push('--shell-job');
-  return spawn(criu.path, args, { stdio: opts.shellJob ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
+  opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
+  const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)] });
 }
 
 export function criuRestoreError(dir: string): string {
-  return lastError(join(dir, 'restore.log'));
+  return firstError(join(dir, 'restore.log'));
 }

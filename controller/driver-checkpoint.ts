@@ -11,9 +11,13 @@ const CU_ERRORS: Record<number, string> = {
   1: 'CUDA_ERROR_INVALID_VALUE',
   2: 'CUDA_ERROR_OUT_OF_MEMORY',
   3: 'CUDA_ERROR_NOT_INITIALIZED',
+  4: 'CUDA_ERROR_DEINITIALIZED',
   100: 'CUDA_ERROR_NO_DEVICE',
   101: 'CUDA_ERROR_INVALID_DEVICE',
+  201: 'CUDA_ERROR_INVALID_CONTEXT',
+  304: 'CUDA_ERROR_OPERATING_SYSTEM',
   401: 'CUDA_ERROR_ILLEGAL_STATE',
+  700: 'CUDA_ERROR_ILLEGAL_ADDRESS',
   801: 'CUDA_ERROR_NOT_SUPPORTED',
   999: 'CUDA_ERROR_UNKNOWN',
 };
@@ -29,11 +33,12 @@ export function landsOn(gpu: string, pairs: GpuPair[] | undefined): string {
   return pairs?.find((p) => p.from.toLowerCase() === gpu.toLowerCase())?.to ?? gpu;
 }
 
-function check(result: number, what: string): void {
+/** what failed, naming the driver's call and its CUresult. */
+function check(result: number, step: DriverStep | 'state', what: string): void {
   if (result === -1) throw new GpuckptError('NO_DRIVER_CHECKPOINT', 'this NVIDIA driver has no process checkpoint API (driver 570 or newer is needed)');
   // Out of memory is the one refusal callers act on (a target GPU too full).
   const code = result === 2 ? 'GPU_OUT_OF_MEMORY' : 'DRIVER_CHECKPOINT';
-  if (result !== 0) throw new GpuckptError(code, `${what} failed: ${CU_ERRORS[result] ?? `CUresult ${result}`}`);
+  if (result !== 0) throw new GpuckptError(code, `${what} failed: ${DRIVER_FUNCTION[step]} returned ${CU_ERRORS[result] ?? 'CUresult'} (${result})`);
 }
 
 const DRIVER_FUNCTION: Record<DriverStep | 'state', string> = {
@@ -54,12 +59,12 @@ async function callDriver(step: DriverStep | 'state', pid: number, pairs?: GpuPa
 
 export async function driverStep(step: DriverStep, pid: number, pairs?: GpuPair[]): Promise<void> {
   const r = await callDriver(step, pid, pairs);
-  check(r.result, `driver ${step} of process ${pid}`);
+  check(r.result, step, `driver ${step} of process ${pid}`);
 }
 
 export async function driverState(pid: number): Promise<number> {
   const r = await callDriver('state', pid);
-  check(r.result, `driver state of process ${pid}`);
+  check(r.result, 'state', `driver state of process ${pid}`);
   return r.state ?? DriverProcessState.RUNNING;
 }
 
@@ -83,7 +88,7 @@ export async function driverThaw(pid: number, pairs?: GpuPair[], clock?: PhaseCl
   clock?.mark('driverRestore');
   if (r.result !== 0) {
     const state = await driverState(pid);
-    if (state === DriverProcessState.CHECKPOINTED) check(r.result, `driver restore of process ${pid}`);
+    if (state === DriverProcessState.CHECKPOINTED) check(r.result, 'restore', `driver restore of process ${pid}`);
     if (state !== DriverProcessState.LOCKED) return; // running already
   }
   await driverStep('unlock', pid);

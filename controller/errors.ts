@@ -40,6 +40,9 @@ export type ErrorCode =
   // whole-process images
   | 'NO_CRIU'
   | 'CRIU_FAILED'
+  | 'CRIU_CANNOT'
+  | 'NEEDS_TERMINAL'
+  | 'FILE_CHANGED'
   | 'PID_IN_USE'
   | 'OTHER_CHIP'
   // environment and usage

@@ -83,15 +83,15 @@ function whyNot(status: StatusReply, uuids: string[], chunk: bigint): string | u
 /**
  * The whole-process checkpoint of a process left running, through a copy on
  * its GPUs: the pool image at work (written there, as writePoolImage does),
- * CRIU's files at work/criuName. Returns whyNot with the process untouched
- * when the route does not serve.
+ * CRIU's files of dump.root's tree at work/criuName. Returns whyNot with
+ * the process untouched when the route does not serve.
  */
 export async function checkpointLeavingRunning(
   pid: number,
   work: string,
   criuName: string,
   criu: Criu,
-  shellJob: boolean,
+  dump: { root: number; args: string[] },
   opts: CheckpointOptions,
 ): Promise<LeftRunning | { whyNot: string }> {
   const t0 = performance.now();
@@ -158,7 +158,7 @@ export async function checkpointLeavingRunning(
     let dumpFailure: unknown;
     try {
       mkdirSync(criuDir, { mode: 0o700 });
-      criuDump(criu, pid, criuDir, { leaveRunning: true, shellJob });
+      criuDump(criu, dump.root, criuDir, { leaveRunning: true, args: dump.args });
     } catch (e) {
       dumpFailure = e;
     }

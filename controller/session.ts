@@ -407,6 +407,8 @@ function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<s
     EPERM: 'the application is not paused by this session',
     ENOTRECOVERABLE: 'its pool holds part of an image from a restore --into that was cut off; restore an image into it again (gpuckpt restore IMAGE --into PID)',
   };
-  const why = (code && reason[code]) || err?.message || String(e);
+  const known = code && reason[code];
+  // The shim names the driver call that failed and its CUresult.
+  const why = known ? (err?.detail ? `${known}: ${err.detail}` : known) : err?.message || String(e);
   return new GpuckptError((code && !err?.transport && codes[code]) || 'SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);
 }

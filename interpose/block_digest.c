@@ -6,6 +6,7 @@
 
 #include "block_digest.ptx.h"
 #include "contexts.h"
+#include "driver_error.h"
 #include "log.h"
 #include "real_driver.h"
 
@@ -36,9 +37,9 @@ int gp_block_digest_load(int device, CUresult *cu_err)
     if (err)
         return err;
     CUmodule module;
-    CUresult r = GP_REAL(cuModuleLoadData)(&module, gp_block_digest_ptx);
+    CUresult r = GP_CALL(cuModuleLoadData, &module, gp_block_digest_ptx);
     if (r == CUDA_SUCCESS) {
-        r = GP_REAL(cuModuleGetFunction)(&kernels[device], module, "gp_block_digest");
+        r = GP_CALL(cuModuleGetFunction, &kernels[device], module, "gp_block_digest");
         if (r != CUDA_SUCCESS && GP_HAS_REAL(cuModuleUnload))
             GP_REAL(cuModuleUnload)(module);
     }
@@ -71,7 +72,7 @@ int gp_block_digest(int device, CUstream stream, const struct gpck_digest_range 
         return -EINVAL;
     CUresult r = CUDA_SUCCESS;
     if (!scratch[device]) {
-        r = GP_REAL(cuMemAlloc_v2)(&scratch[device], GPCK_MAX_DIGESTS * sizeof(uint64_t));
+        r = GP_CALL(cuMemAlloc_v2, &scratch[device], GPCK_MAX_DIGESTS * sizeof(uint64_t));
         if (r != CUDA_SUCCESS) {
             scratch[device] = 0;
             *cu_err = r;
@@ -87,13 +88,13 @@ int gp_block_digest(int device, CUstream stream, const struct gpck_digest_range 
         unsigned long long range_addr = ranges[i].addr, nbytes = ranges[i].length, dst = at;
         void *params[] = { &range_addr, &nbytes, &block_words, &dst };
         unsigned grid = (unsigned)((nbytes + block_size - 1) / block_size);
-        r = GP_REAL(cuLaunchKernel)(kernels[device], grid, 1, 1, THREADS, 1, 1, 0, stream, params, NULL);
+        r = GP_CALL(cuLaunchKernel, kernels[device], grid, 1, 1, THREADS, 1, 1, 0, stream, params, NULL);
         at += grid * sizeof(uint64_t);
     }
     if (r == CUDA_SUCCESS)
-        r = GP_REAL(cuMemcpyDtoHAsync_v2)(digests, scratch[device], blocks * sizeof(uint64_t), stream);
+        r = GP_CALL(cuMemcpyDtoHAsync_v2, digests, scratch[device], blocks * sizeof(uint64_t), stream);
     if (r == CUDA_SUCCESS)
-        r = GP_REAL(cuStreamSynchronize)(stream);
+        r = GP_CALL(cuStreamSynchronize, stream);
     if (r != CUDA_SUCCESS) {
         *cu_err = r;
         GP_ERROR("digest", "device %d: digests of %u ranges failed (CUresult %d)", device, count, (int)r);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "contexts.h"
+#include "driver_error.h"
 #include "gpuckpt_protocol.h"
 #include "log.h"
 #include "prefault.h"
@@ -223,14 +224,14 @@ static CUresult dma_parts(struct gp_bounce *b, const struct slot *s)
         }
         CUresult cu = GP_REAL(cuMemcpyBatchAsync_v2)(dsts, srcs, sizes, s->nparts, &attr, &first, 1, s->stream);
         if (cu != CUDA_ERROR_NOT_SUPPORTED)
-            return cu;
+            return gp_driver_error_note("cuMemcpyBatchAsync_v2", cu);
         b->no_batch = true;
         GP_INFO("bounce", "the driver copies no batches: a call per span");
     }
     CUresult cu = CUDA_SUCCESS;
     for (const struct part *p = s->parts; p < s->parts + s->nparts && cu == CUDA_SUCCESS; p++)
-        cu = b->to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(mem + p->at, p->dev, p->len, s->stream)
-                        : GP_REAL(cuMemcpyHtoDAsync_v2)(p->dev, mem + p->at, p->len, s->stream);
+        cu = b->to_host ? GP_CALL(cuMemcpyDtoHAsync_v2, mem + p->at, p->dev, p->len, s->stream)
+                        : GP_CALL(cuMemcpyHtoDAsync_v2, p->dev, mem + p->at, p->len, s->stream);
     return cu;
 }
 
@@ -241,12 +242,12 @@ static int queue_dma(struct gp_bounce *b, struct slot *s)
     CUevent *ev = &s->done[s->device];
     if (use_device(b, s->device))
         cu = CUDA_ERROR_INVALID_CONTEXT;
-    else if (!*ev && (cu = GP_REAL(cuEventCreate)(ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+    else if (!*ev && (cu = GP_CALL(cuEventCreate, ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
         *ev = NULL;
     if (cu == CUDA_SUCCESS)
         cu = dma_parts(b, s);
     if (cu == CUDA_SUCCESS)
-        cu = GP_REAL(cuEventRecord)(*ev, s->stream);
+        cu = GP_CALL(cuEventRecord, *ev, s->stream);
     if (cu == CUDA_SUCCESS)
         return 0;
     GP_ERROR("bounce", "copy %s 0x%llx+%llu (%u parts) failed (CUresult %d)", b->to_host ? "out" : "in",
@@ -256,7 +257,7 @@ static int queue_dma(struct gp_bounce *b, struct slot *s)
 
 static int wait_dma(struct slot *s)
 {
-    CUresult cu = GP_REAL(cuEventSynchronize)(s->done[s->device]);
+    CUresult cu = GP_CALL(cuEventSynchronize, s->done[s->device]);
     if (cu == CUDA_SUCCESS)
         return 0;
     GP_ERROR("bounce", "waiting for the copy of 0x%llx+%llu failed (CUresult %d)", (unsigned long long)s->parts[0].dev,

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 
+#include "driver_error.h"
 #include "real_driver.h"
 #include "routed.h"
 
@@ -35,9 +36,9 @@ void gp_contexts_remove(CUcontext ctx)
 
 static int sync_ctx(CUcontext ctx, CUresult *cu_err)
 {
-    CUresult r = GP_REAL(cuCtxPushCurrent_v2)(ctx);
+    CUresult r = GP_CALL(cuCtxPushCurrent_v2, ctx);
     if (r == CUDA_SUCCESS) {
-        r = GP_REAL(cuCtxSynchronize)();
+        r = GP_CALL(cuCtxSynchronize);
         CUcontext popped;
         GP_REAL(cuCtxPopCurrent_v2)(&popped);
     }
@@ -56,7 +57,7 @@ int gp_contexts_sync_all(int device_count, CUresult *cu_err)
         if (GP_REAL(cuDevicePrimaryCtxGetState)(d, &flags, &active) != CUDA_SUCCESS || !active)
             continue;
         CUcontext ctx;
-        CUresult r = GP_REAL(cuDevicePrimaryCtxRetain)(&ctx, d);
+        CUresult r = GP_CALL(cuDevicePrimaryCtxRetain, &ctx, d);
         if (r != CUDA_SUCCESS) {
             *cu_err = r;
             return -EIO;
@@ -79,14 +80,14 @@ int gp_contexts_use_primary(int device, CUresult *cu_err)
     if (device < 0 || device >= (int)(sizeof(primaries) / sizeof(primaries[0])))
         return -EINVAL;
     if (!primaries[device]) {
-        CUresult r = GP_REAL(cuDevicePrimaryCtxRetain)(&primaries[device], device);
+        CUresult r = GP_CALL(cuDevicePrimaryCtxRetain, &primaries[device], device);
         if (r != CUDA_SUCCESS) {
             primaries[device] = NULL;
             *cu_err = r;
             return -EIO;
         }
     }
-    CUresult r = GP_REAL(cuCtxSetCurrent)(primaries[device]);
+    CUresult r = GP_CALL(cuCtxSetCurrent, primaries[device]);
     if (r != CUDA_SUCCESS) {
         *cu_err = r;
         return -EIO;

@@ -10,6 +10,7 @@
 #include "block_digest.h"
 #include "bounce.h"
 #include "contexts.h"
+#include "driver_error.h"
 #include "gate.h"
 #include "log.h"
 #include "outside.h"
@@ -147,7 +148,7 @@ static int handle_devices(struct gpck_devices_rep *rep)
     for (int d = 0; d < info.device_count && d < (int)GPCK_MAX_DEVICES; d++) {
         struct gpck_device_info *di = &rep->devices[d];
         CUdevice dev;
-        if (GP_REAL(cuDeviceGet)(&dev, d) != CUDA_SUCCESS)
+        if (GP_CALL(cuDeviceGet, &dev, d) != CUDA_SUCCESS)
             return -EIO;
         di->ordinal = d;
         GP_REAL(cuDeviceGetName)(di->name, (int)sizeof(di->name) - 1, dev);
@@ -418,7 +419,7 @@ static int copy_stream(int device, CUstream *out)
     if (err)
         return err;
     if (!copy_streams[device] &&
-        GP_REAL(cuStreamCreate)(&copy_streams[device], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        GP_CALL(cuStreamCreate, &copy_streams[device], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         copy_streams[device] = NULL;
         return -EIO;
     }
@@ -479,7 +480,7 @@ static int sync_streams(const bool used[GPCK_MAX_DEVICES], int err)
         CUstream s;
         if (!used[d] || copy_stream(d, &s))
             continue;
-        if (GP_REAL(cuStreamSynchronize)(s) != CUDA_SUCCESS && !err)
+        if (GP_CALL(cuStreamSynchronize, s) != CUDA_SUCCESS && !err)
             err = -EIO;
     }
     return err;
@@ -504,8 +505,8 @@ static int copy_direct(struct gp_client *c, bool to_host, const struct gpck_copy
             uint64_t end = gp_staging_ready(&c->staging, off);
             uint64_t n = end - off < r->length - done ? end - off : r->length - done;
             void *host = c->staging.base + off;
-            CUresult cu = to_host ? GP_REAL(cuMemcpyDtoHAsync_v2)(host, r->addr + done, n, s)
-                                  : GP_REAL(cuMemcpyHtoDAsync_v2)(r->addr + done, host, n, s);
+            CUresult cu = to_host ? GP_CALL(cuMemcpyDtoHAsync_v2, host, r->addr + done, n, s)
+                                  : GP_CALL(cuMemcpyHtoDAsync_v2, r->addr + done, host, n, s);
             if (cu != CUDA_SUCCESS) {
                 GP_ERROR("control", "copy %s 0x%llx+%llu failed (CUresult %d)", to_host ? "out" : "in",
                          (unsigned long long)(r->addr + done), (unsigned long long)n, (int)cu);
@@ -532,7 +533,7 @@ static int fill_zeros(const struct gpck_copy_req *req)
         if (err)
             break;
         used[r->device] = true;
-        CUresult cu = GP_REAL(cuMemsetD8Async)(r->addr, 0, r->length, s);
+        CUresult cu = GP_CALL(cuMemsetD8Async, r->addr, 0, r->length, s);
         if (cu != CUDA_SUCCESS) {
             GP_ERROR("control", "zero fill 0x%llx+%llu failed (CUresult %d)", (unsigned long long)r->addr,
                      (unsigned long long)r->length, (int)cu);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "control_handlers.h"
+#include "driver_error.h"
 #include "gate.h"
 #include "gpuckpt_protocol.h"
 #include "log.h"
@@ -74,9 +75,9 @@ static int open_listener(const struct gp_config *cfg)
 static const struct gp_fds NO_FDS;
 
 static int send_message(int fd, uint16_t type, uint32_t seq, int32_t status, const void *payload, uint32_t len,
-                        struct gp_fds pass)
+                        struct gp_fds pass, uint32_t flags)
 {
-    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, status, len, 0 };
+    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, status, len, flags };
     struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
     union {
         char buf[CMSG_SPACE(sizeof(int) * GPCK_MAX_STAGING_FILES)];
@@ -119,7 +120,7 @@ static int accept_client(void)
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
         GP_WARN("control", "refused a peer of uid %d", len == sizeof(cred) ? (int)cred.uid : -1);
-        send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EACCES, NULL, 0, NO_FDS);
+        send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EACCES, NULL, 0, NO_FDS, 0);
         close_refused(fd);
         return -EACCES;
     }
@@ -129,7 +130,7 @@ static int accept_client(void)
             return 0;
         }
     }
-    send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EUSERS, NULL, 0, NO_FDS);
+    send_message(fd, GPCK_HELLO | GPCK_REPLY, 0, -EUSERS, NULL, 0, NO_FDS, 0);
     close_refused(fd);
     return -EUSERS;
 }
@@ -197,13 +198,13 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
         if (++malformed <= 3)
             GP_WARN("control", "malformed message (%zd bytes): closing the connection%s", n,
                     malformed == 3 ? " (further ones silently)" : "");
-        send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, NO_FDS);
+        send_message(c->fd, GPCK_REPLY, 0, -EPROTO, NULL, 0, NO_FDS, 0);
         close_fds(&given);
         drop_client(c);
         return;
     }
     if (h->version != GPCK_PROTOCOL_VERSION && h->type != GPCK_HELLO) {
-        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EPROTONOSUPPORT, NULL, 0, NO_FDS);
+        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EPROTONOSUPPORT, NULL, 0, NO_FDS, 0);
         close_fds(&given);
         drop_client(c);
         return;
@@ -214,14 +215,22 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
          * connection can. */
         GP_WARN("control", "a request's fds did not fit (%u arrived): refused it; the controller falls back", given.count);
         close_fds(&given);
-        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EMFILE, NULL, 0, NO_FDS);
+        send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EMFILE, NULL, 0, NO_FDS, 0);
         return;
     }
     uint32_t reply_len = 0;
     struct gp_fds pass = { 0 };
+    gp_driver_error_clear();
     int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &given, &pass);
     close_fds(&given);
-    int sent = send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass);
+    /* A failure's reply payload is never read: the failed driver call's name replaces it. */
+    uint32_t flags = 0;
+    size_t text = status < 0 ? gp_driver_error_text((char *)out, GPCK_ERROR_TEXT_LEN) : 0;
+    if (text) {
+        reply_len = (uint32_t)text + 1;
+        flags = GPCK_REPLY_ERROR_TEXT;
+    }
+    int sent = send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass, flags);
     if (pass.count)
         gp_client_fds_sent(c);
     if (sent < 0)

@@ -9,6 +9,9 @@
  * Every message is one datagram: struct gpck_header, then payload_len bytes.
  * A reply carries the request's type | GPCK_REPLY, the same seq, and status 0
  * or -errno. Integers are host byte order (both ends run on one host).
+ * An error reply whose cause was a driver call has GPCK_REPLY_ERROR_TEXT in
+ * its header's flags and, as its payload, a NUL-terminated text naming the
+ * call and its CUresult (at most GPCK_ERROR_TEXT_LEN bytes with the NUL).
  * Bump GPCK_PROTOCOL_VERSION on any layout change; HELLO refuses a mismatch
  * and the version is written into every image manifest.
  */
@@ -17,7 +20,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 12u
+#define GPCK_PROTOCOL_VERSION 13u
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
 #define GPCK_MAX_DEVICES 16u
@@ -26,6 +29,7 @@
 #define GPCK_MAX_LIST_ENTRIES 4096u
 #define GPCK_NAME_LEN 256u
 #define GPCK_PATH_LEN 1024u
+#define GPCK_ERROR_TEXT_LEN 256u
 
 enum gpck_type {
     GPCK_HELLO = 1,        /* gpck_hello_req -> gpck_hello_rep */
@@ -53,8 +57,9 @@ struct gpck_header {
     uint32_t seq;
     int32_t status;        /* replies: 0 or -errno */
     uint32_t payload_len;
-    uint32_t reserved;
+    uint32_t flags;        /* replies: GPCK_REPLY_*; requests: 0 */
 };
+#define GPCK_REPLY_ERROR_TEXT 1u
 
 struct gpck_hello_req {
     uint32_t client_version;

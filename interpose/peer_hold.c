@@ -13,6 +13,7 @@
 #include "../pool/pool.h"
 #include "contexts.h"
 #include "detached.h"
+#include "driver_error.h"
 #include "log.h"
 #include "real_driver.h"
 
@@ -222,9 +223,9 @@ static CUresult import_at(CUdeviceptr va, const uint64_t *addrs, uint64_t origin
     CUresult r = CUDA_SUCCESS;
     for (*mapped = 0; r == CUDA_SUCCESS && *mapped < n;) {
         size_t i = *mapped;
-        r = GP_REAL(cuMemImportFromShareableHandle)(&handles[i], (void *)(intptr_t)fds[i],
+        r = GP_CALL(cuMemImportFromShareableHandle, &handles[i], (void *)(intptr_t)fds[i],
                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        if (r == CUDA_SUCCESS && (r = GP_REAL(cuMemMap)(place_of(va, addrs, origin, i), cs, 0, handles[i], 0)) != CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (r = GP_CALL(cuMemMap, place_of(va, addrs, origin, i), cs, 0, handles[i], 0)) != CUDA_SUCCESS)
             GP_REAL(cuMemRelease)(handles[i]);
         if (r != CUDA_SUCCESS)
             handles[i] = 0; /* not mapped: unmap_all skips it */
@@ -264,7 +265,7 @@ static int copy_chunks(int device, const uint64_t *addrs, const int *fds, size_t
     CUdeviceptr scratch = 0;
     CUstream stream = NULL;
     size_t mapped = 0;
-    CUresult r = GP_REAL(cuMemAddressReserve)(&scratch, n * cs, cs, 0, 0);
+    CUresult r = GP_CALL(cuMemAddressReserve, &scratch, n * cs, cs, 0, 0);
     if (r != CUDA_SUCCESS)
         scratch = 0;
     else
@@ -272,19 +273,19 @@ static int copy_chunks(int device, const uint64_t *addrs, const int *fds, size_t
     CUmemAccessDesc access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, device },
                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
     if (r == CUDA_SUCCESS)
-        r = GP_REAL(cuMemSetAccess)(scratch, n * cs, &access, 1);
-    if (r == CUDA_SUCCESS && (r = GP_REAL(cuStreamCreate)(&stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+        r = GP_CALL(cuMemSetAccess, scratch, n * cs, &access, 1);
+    if (r == CUDA_SUCCESS && (r = GP_CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
         stream = NULL;
     for (size_t i = 0; r == CUDA_SUCCESS && i < n;) {
         size_t run = 1;
         while (i + run < n && addrs[i + run] == addrs[i] + run * cs)
             run++;
         CUdeviceptr other = scratch + i * cs;
-        r = GP_REAL(cuMemcpyDtoDAsync_v2)(to_held ? other : addrs[i], to_held ? addrs[i] : other, run * cs, stream);
+        r = GP_CALL(cuMemcpyDtoDAsync_v2, to_held ? other : addrs[i], to_held ? addrs[i] : other, run * cs, stream);
         i += run;
     }
     if (stream) {
-        CUresult s = GP_REAL(cuStreamSynchronize)(stream);
+        CUresult s = GP_CALL(cuStreamSynchronize, stream);
         r = r == CUDA_SUCCESS ? s : r;
         GP_REAL(cuStreamDestroy_v2)(stream);
     }
@@ -346,7 +347,7 @@ static int chunk_from_held(int device, size_t k, uint64_t addr, CUmemGenericAllo
     if (k >= h->filled)
         return -EINVAL;
     CUmemAllocationProp prop = { 0 };
-    CUresult r = GP_REAL(cuMemImportFromShareableHandle)(handle, (void *)(intptr_t)h->fds[k],
+    CUresult r = GP_CALL(cuMemImportFromShareableHandle, handle, (void *)(intptr_t)h->fds[k],
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (r != CUDA_SUCCESS)
         return cu_errno(r, cu_err);
@@ -466,7 +467,7 @@ int gp_peer_mirror(int device, uint64_t first, const int *fds, uint32_t count, u
             *m = (struct mirror_slice){ 0 };
             return -ENOMEM;
         }
-        r = GP_REAL(cuMemAddressReserve)(&m->base, m->span, cs, 0, 0);
+        r = GP_CALL(cuMemAddressReserve, &m->base, m->span, cs, 0, 0);
         if (r != CUDA_SUCCESS) {
             free(m->handles);
             *m = (struct mirror_slice){ 0 };
@@ -478,7 +479,7 @@ int gp_peer_mirror(int device, uint64_t first, const int *fds, uint32_t count, u
     CUmemAccessDesc access = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, device },
                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
     for (uint32_t i = 0; r == CUDA_SUCCESS && i < count; i++)
-        r = GP_REAL(cuMemSetAccess)(place_of(m->base, l->addrs + first, l->addrs[0], i), cs, &access, 1);
+        r = GP_CALL(cuMemSetAccess, place_of(m->base, l->addrs + first, l->addrs[0], i), cs, &access, 1);
     if (r != CUDA_SUCCESS) {
         mirror_drop(device);
         return cu_errno(r, cu_err);

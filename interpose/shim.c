@@ -14,6 +14,8 @@
 #include "cuda_api.h" /* before pool.h: see cuda_api.h */
 #include "../pool/pool.h"
 #include "control_server.h"
+#include "device_files.h"
+#include "driver_error.h"
 #include "gate.h"
 #include "gpuckpt_protocol.h"
 #include "log.h"
@@ -46,15 +48,33 @@ bool gp_shim_passthrough(void)
     return atomic_load_explicit(&passthrough, memory_order_relaxed);
 }
 
+/* The pool's calls that fail a remap: a reply then names them (driver_error.h). */
+static CUresult noted_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                 unsigned long long flags)
+{
+    return GP_CALL(cuMemCreate, handle, size, prop, flags);
+}
+
+static CUresult noted_mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                              unsigned long long flags)
+{
+    return GP_CALL(cuMemMap, ptr, size, offset, handle, flags);
+}
+
+static CUresult noted_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    return GP_CALL(cuMemSetAccess, ptr, size, desc, count);
+}
+
 static void fill_vmm_ops(struct gp_vmm_ops *ops)
 {
     ops->mem_address_reserve = GP_REAL(cuMemAddressReserve);
     ops->mem_address_free = GP_REAL(cuMemAddressFree);
-    ops->mem_create = GP_REAL(cuMemCreate);
+    ops->mem_create = noted_mem_create;
     ops->mem_release = GP_REAL(cuMemRelease);
-    ops->mem_map = GP_REAL(cuMemMap);
+    ops->mem_map = noted_mem_map;
     ops->mem_unmap = GP_REAL(cuMemUnmap);
-    ops->mem_set_access = GP_REAL(cuMemSetAccess);
+    ops->mem_set_access = noted_mem_set_access;
     ops->mem_get_allocation_granularity = GP_REAL(cuMemGetAllocationGranularity);
     ops->device_can_access_peer = GP_REAL(cuDeviceCanAccessPeer);
 }
@@ -80,7 +100,7 @@ static void try_pool_init(void)
         .device_count = device_count,
     };
     CUresult cu = CUDA_SUCCESS;
-    int err = (ops.mem_address_reserve && ops.mem_create) ? gp_pool_init(&pc, &ops, &cu) : -ENOTSUP;
+    int err = (ops.mem_address_reserve && GP_HAS_REAL(cuMemCreate)) ? gp_pool_init(&pc, &ops, &cu) : -ENOTSUP;
     if (!err) {
         atomic_store(&pool_state, GPCK_POOL_ACTIVE);
         GP_INFO("pool", "reserved %d x %llu MiB at 0x%llx", device_count,
@@ -140,14 +160,23 @@ CUresult gp_routed_cuInit(unsigned int Flags)
 }
 
 /* A child forked from a process that already uses CUDA cannot use the
- * driver, and no controller reaches it: it only passes calls through. A
- * child of a process that had not started CUDA starts fresh at its own
- * cuInit. */
+ * driver, and no controller reaches it: it only passes calls through, and
+ * lets go of the parent's device files, so that CRIU can dump it (a
+ * DataLoader worker, say). A child of a process that had not started CUDA
+ * starts fresh at its own cuInit. */
 static void after_fork_in_child(void)
 {
     if (atomic_load(&cuda_ready)) {
         atomic_store(&passthrough, true);
         gp_gate_bypass();
+        struct gp_released r;
+        int err = gp_release_device_files("/dev/nvidia", &r);
+        if (err)
+            GP_WARN("fork", "cannot let go of the parent's GPU device files (%s): CRIU cannot dump this process",
+                    strerror(-err));
+        else
+            GP_DEBUG("fork", "let go of %d device mappings (%llu KiB, %d unreadable) and %d device fds", r.mappings,
+                     (unsigned long long)(r.bytes >> 10), r.unreadable, r.fds);
     }
     gp_control_server_forget();
 }

@@ -92,6 +92,8 @@ export interface NativeError extends Error {
   errno?: number;
   code?: string;
   transport?: boolean;
+  /** An error reply's text: the driver call that failed and its CUresult. */
+  detail?: string;
 }
 
 interface NativeSession {
@@ -133,6 +135,18 @@ interface NativeModule {
   startWriteback(fd: number): Promise<void>;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
+  /** The host's Unix sockets (sock_diag): peer 0 when unconnected, name '' when unbound, '@...' abstract; throws with code set to the errno name. */
+  unixSockets(): UnixSocketInfo[];
+}
+
+export interface UnixSocketInfo {
+  inode: number;
+  peer: number;
+  name: string;
+  /** SOCK_STREAM 1, SOCK_DGRAM 2, SOCK_SEQPACKET 5. */
+  type: number;
+  /** TCP_ESTABLISHED 1, TCP_LISTEN 10, ... as the kernel reports unix sockets' states. */
+  state: number;
 }
 
 /** Repository root, found from this file whether it runs from source or dist/. */

@@ -49,7 +49,7 @@ describe('checkpoint: each step failing', () => {
   it('quiesce (a context synchronise fails): the application runs on, no image', async () => {
     const { app, R } = await start({ fn: 'cuCtxSynchronize', nth: 1 });
     const out = box.path('quiesce');
-    failsInOneLine(gpuOnly(app.pid, out), /quiesce failed: the CUDA driver reported an error/);
+    failsInOneLine(gpuOnly(app.pid, out), /quiesce failed: the CUDA driver reported an error: cuCtxSynchronize returned CUDA_ERROR_UNKNOWN \(999\)$/m);
     expect(existsSync(out)).toBe(false);
     noTempDirs();
     await runsWith(app, R);
@@ -59,7 +59,7 @@ describe('checkpoint: each step failing', () => {
   it('copy-out (the second DMA fails): the application runs on, no image', async () => {
     const { app, R } = await start({ fn: 'cuMemcpyDtoHAsync_v2', nth: 3 });
     const out = box.path('copy-out');
-    failsInOneLine(gpuOnly(app.pid, out), /copy out failed: the CUDA driver reported an error/);
+    failsInOneLine(gpuOnly(app.pid, out), /copy out failed: the CUDA driver reported an error: cuMemcpyDtoHAsync_v2 returned CUDA_ERROR_UNKNOWN \(999\)$/m);
     expect(existsSync(out)).toBe(false);
     noTempDirs();
     await runsWith(app, R);

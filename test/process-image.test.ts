@@ -60,8 +60,19 @@ describe('whole-process checkpoint', () => {
     expect(r.code).toBe(0);
     expect(json(r.stdout)).toMatchObject({ pid: app.pid, image: out, leftRunning: true, criuVersion: '4.1.1' });
     expect(readdirSync(out).sort()).toEqual(['criu', 'gpu-needs.json', 'manifest', 'pool.zst']);
-    expect(JSON.parse(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ pid: app.pid, shellJob: false });
-    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, leaveRunning: 1, lazyFreeKiB: 0 });
+    // Started by the test runner, the application leads no session, and its
+    // standard streams are sockets (node's pipes) to the runner: a shell
+    // job, whose streams the restore connects to its own.
+    const info = JSON.parse(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'));
+    expect(info).toMatchObject({
+      pid: app.pid,
+      shellJob: true,
+      tree: [app.pid],
+      members: [app.pid],
+      externalStdio: [0, 1, 2].map((fd) => ({ fd, resource: expect.stringMatching(/^socket:\[\d+\]$/) })),
+    });
+    const external = info.externalStdio.flatMap((s: { resource: string }) => ['--external', `unix[${s.resource.slice(8, -1)}]`]);
+    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, tree: [String(app.pid)], options: [...external, '--shell-job'], leaveRunning: 1, lazyFreeKiB: 0 });
     const ins = json(cli(['inspect', out, '--json']).stdout);
     expect(ins).toMatchObject({ kind: 'process', verified: true });
     expect(psRow(app.pid).poolState).toBe('active');

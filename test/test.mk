@@ -33,8 +33,8 @@ $(T)/test_config: test/c/test_config.c interpose/config.c interpose/log.c interp
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_config.c interpose/config.c interpose/log.c
 
-$(T)/test_bounce: test/c/test_bounce.c interpose/bounce.c interpose/bounce.h interpose/prefault.c interpose/prefault.h interpose/log.c interpose/config.c $(T)/fake/libcuda.so.1
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_bounce.c interpose/bounce.c interpose/prefault.c interpose/log.c interpose/config.c \
+$(T)/test_bounce: test/c/test_bounce.c interpose/bounce.c interpose/bounce.h interpose/prefault.c interpose/prefault.h interpose/log.c interpose/config.c interpose/driver_error.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_bounce.c interpose/bounce.c interpose/prefault.c interpose/log.c interpose/config.c interpose/driver_error.c \
 		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
 $(T)/test_spare_memory: test/c/test_spare_memory.c interpose/spare_memory.c interpose/spare_memory.h interpose/log.c interpose/config.h
@@ -44,6 +44,10 @@ $(T)/test_spare_memory: test/c/test_spare_memory.c interpose/spare_memory.c inte
 $(T)/test_prefault: test/c/test_prefault.c interpose/prefault.c interpose/prefault.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_prefault.c interpose/prefault.c -pthread
+
+$(T)/test_device_files: test/c/test_device_files.c interpose/device_files.c interpose/device_files.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_device_files.c interpose/device_files.c -pthread
 
 # Linked against the fake, to make exported GPU memory as a controller does for a migrate.
 $(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h $(T)/fake/libcuda.so.1
@@ -57,7 +61,7 @@ $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault \
+TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
 
 test-build: all $(TEST_BINS)
@@ -72,6 +76,7 @@ check: test-build
 	$(T)/test_bounce
 	$(T)/test_spare_memory
 	$(T)/test_prefault
+	$(T)/test_device_files
 	$(T)/fake_selftest
 
 .PHONY: test-build

@@ -12,6 +12,7 @@
 #include "peer_memory.h"
 #include "session.h"
 #include "shared_memory.h"
+#include "unix_sockets.h"
 
 namespace gpuckpt {
 
@@ -29,6 +30,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
+  exports.Set("unixSockets", Napi::Function::New(env, UnixSockets, "unixSockets"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));
   exports.Set("maxDigestRanges", Napi::Number::New(env, GPCK_MAX_DIGEST_RANGES));

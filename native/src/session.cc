@@ -342,6 +342,7 @@ class RequestWorker : public Napi::AsyncWorker {
         continue;
       }
       status_ = rh.status;
+      error_text_ = rh.flags & GPCK_REPLY_ERROR_TEXT;
       reply_.erase(reply_.begin(), reply_.begin() + sizeof(rh));
       reply_.resize(rh.payload_len);
       return;
@@ -357,7 +358,11 @@ class RequestWorker : public Napi::AsyncWorker {
     }
     if (status_ < 0) {
       CloseReceived();
-      deferred_.Reject(ErrnoError(env, "shim", -status_, false).Value());
+      Napi::Error e = ErrnoError(env, "shim", -status_, false);
+      // The driver call that failed, as the shim names it (GPCK_ERROR_TEXT_LEN).
+      if (error_text_ && !reply_.empty() && reply_.size() <= GPCK_ERROR_TEXT_LEN && reply_.back() == 0)
+        e.Set("detail", Napi::String::New(env, reinterpret_cast<const char*>(reply_.data())));
+      deferred_.Reject(e.Value());
       return;
     }
     Napi::Value v = DecodeReply(env, type_, reply_);
@@ -390,6 +395,7 @@ class RequestWorker : public Napi::AsyncWorker {
   std::vector<uint8_t> reply_;
   int sys_errno_ = 0;
   int32_t status_ = 0;
+  bool error_text_ = false;  // the reply's payload names the driver call that failed
   std::vector<int> fds_received_;
 };
 

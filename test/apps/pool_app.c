@@ -23,6 +23,15 @@
  *                an application short of fds
  *   zero N       the first N percent of every buffer set to zeros: what a
  *                checkpoint or a suspend leaves on the GPU
+ *   fork         a child that never uses CUDA and waits (a DataLoader worker)
+ *   spawn        this program again as a child, under the shim it inherits:
+ *                a second CUDA process in the job
+ *   log PATH     PATH opened write-only, truncated (a `>` redirection); then
+ *   logline      one more line written to it
+ *   rwfile PATH  PATH opened read-write
+ *   tcp-listen   a TCP socket listening on 127.0.0.1 (any port)
+ *   tcp-connect PORT  a TCP connection to 127.0.0.1:PORT
+ *   unix-connect PATH a Unix stream connection to PATH
  * Environment: APP_DEVICES=n buffers on n devices (default 1).
  */
 #define _GNU_SOURCE
@@ -31,11 +40,17 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static struct {
@@ -360,6 +375,60 @@ static void cmd_rewritten(void)
     fflush(stdout);
 }
 
+static int log_fd = -1, log_lines;
+
+/* A child for the process-tree tests: forked (it waits, never using CUDA),
+ * or this program again (spawn: it starts CUDA under the shim it inherits,
+ * and waits on a pipe only this process writes to). */
+static void cmd_child(bool spawn)
+{
+    int in[2];
+    if (pipe(in))
+        in[0] = in[1] = -1;
+    pid_t child = fork();
+    if (child == 0) {
+        if (!spawn) {
+            for (;;)
+                pause();
+        }
+        dup2(in[0], 0);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = 0;
+        execl(self, self, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    printf("{\"event\":\"%s\",\"child\":%d}\n", spawn ? "spawned" : "forked", (int)child);
+    fflush(stdout);
+}
+
+static void cmd_socket(char *line)
+{
+    int fd = -1, port = 0, ok = 0;
+    if (!strncmp(line, "unix-connect ", 13)) {
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", strtok(line + 13, "\n"));
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ok = fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof(a));
+    } else {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        bool listening = !strncmp(line, "tcp-listen", 10);
+        if (!listening)
+            a.sin_port = htons((uint16_t)atoi(line + 12));
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        ok = fd >= 0 && (listening ? !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !listen(fd, 4)
+                                   : !connect(fd, (struct sockaddr *)&a, sizeof(a)));
+        socklen_t len = sizeof(a);
+        if (ok && !getsockname(fd, (struct sockaddr *)&a, &len))
+            port = ntohs(a.sin_port);
+    }
+    printf("{\"event\":\"socket\",\"ok\":%s,\"fd\":%d,\"port\":%d}\n", ok ? "true" : "false", fd, port);
+    fflush(stdout);
+}
+
 int main(void)
 {
     load_api();
@@ -451,6 +520,22 @@ int main(void)
             CHECK(cu.alloc_managed(&m, 1 << 20, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
             printf("{\"event\":\"managed\",\"addr\":\"0x%llx\"}\n", (unsigned long long)m);
             fflush(stdout);
+        } else if (!strncmp(line, "fork", 4) || !strncmp(line, "spawn", 5)) {
+            cmd_child(line[0] == 's');
+        } else if (!strncmp(line, "logline", 7)) {
+            int k = dprintf(log_fd, "line %d\n", ++log_lines);
+            printf("{\"event\":\"logged\",\"ok\":%s}\n", k > 0 ? "true" : "false");
+            fflush(stdout);
+        } else if (!strncmp(line, "log ", 4) || !strncmp(line, "rwfile ", 7)) {
+            bool rw = line[0] == 'r';
+            char *path = strtok(line + (rw ? 7 : 4), "\n");
+            int fd = open(path, rw ? O_RDWR | O_CREAT : O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (!rw)
+                log_fd = fd;
+            printf("{\"event\":\"opened\",\"fd\":%d}\n", fd);
+            fflush(stdout);
+        } else if (!strncmp(line, "tcp-", 4) || !strncmp(line, "unix-connect ", 13)) {
+            cmd_socket(line);
         } else if (!strncmp(line, "quit", 4)) {
             break;
         } else {

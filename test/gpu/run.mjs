@@ -1412,6 +1412,10 @@ async function main() {
     const { runLive } = await import('./live.mjs');
     await runLive({ App, test, failure, cliJson, snapPath, measure });
   }
+  if (['launch'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runLaunch } = await import('./launch.mjs');
+    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say });
+  }
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
   await test('cupy', needCli(() => jobScenario('cupy', 'cupy')));

@@ -1,0 +1,212 @@
+#define _GNU_SOURCE
+#include "device_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct range {
+    uintptr_t lo, hi;
+    int prot;
+};
+
+/* Static: no malloc in a fork child. A pass takes up to MAX_RANGES; the
+ * ones it replaced no longer match, so the next pass finds the rest. */
+#define MAX_RANGES 512
+#define MAX_PASSES 64
+static struct range ranges[MAX_RANGES];
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static uintptr_t parse_hex(const char **p)
+{
+    uintptr_t v = 0;
+    for (;; (*p)++) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return v;
+        v = v * 16 + (uintptr_t)d;
+    }
+}
+
+/* One line of /proc/self/maps: "lo-hi perms offset dev inode   path". */
+static bool parse_line(const char *line, const char *prefix, struct range *r)
+{
+    const char *p = line;
+    r->lo = parse_hex(&p);
+    if (*p++ != '-')
+        return false;
+    r->hi = parse_hex(&p);
+    if (*p++ != ' ' || strlen(p) < 4)
+        return false;
+    r->prot = (p[0] == 'r' ? PROT_READ : 0) | (p[1] == 'w' ? PROT_WRITE : 0) | (p[2] == 'x' ? PROT_EXEC : 0);
+    for (int field = 0; field < 4; field++) { /* perms, offset, dev, inode */
+        while (*p && *p != ' ')
+            p++;
+        while (*p == ' ')
+            p++;
+    }
+    return *p == '/' && starts_with(p, prefix);
+}
+
+/* Up to MAX_RANGES matching mappings into ranges; their count or -errno. */
+static int collect(const char *prefix)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char buf[8192];
+    size_t have = 0;
+    int n = 0;
+    for (;;) {
+        ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = 0;
+            if (n < MAX_RANGES && parse_line(line, prefix, &ranges[n]))
+                n++;
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        memmove(buf, line, have);
+        if (have == sizeof(buf) - 1)
+            have = 0; /* a line longer than the buffer: no mapping we look for */
+    }
+    close(fd);
+    return n;
+}
+
+static sigjmp_buf on_fault;
+
+static void fault_handler(int sig)
+{
+    siglongjmp(on_fault, sig);
+}
+
+/* The bytes of [src, src + n) into dst; false (dst left as it was) if reading faults. */
+static bool guarded_copy(void *dst, const void *src, size_t n)
+{
+    struct sigaction sa = { .sa_handler = fault_handler }, old_segv, old_bus;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+    bool ok = false;
+    if (sigsetjmp(on_fault, 1) == 0) {
+        memcpy(dst, src, n);
+        ok = true;
+    }
+    sigaction(SIGSEGV, &old_segv, NULL);
+    sigaction(SIGBUS, &old_bus, NULL);
+    return ok;
+}
+
+/* The mapping at r becomes private memory with its bytes: built aside,
+ * then moved over it in one step (mremap replaces what lies there). */
+static int replace(const struct range *r, struct gp_released *out)
+{
+    size_t len = r->hi - r->lo;
+    void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED)
+        return -errno;
+    if (!(r->prot & PROT_READ) || !guarded_copy(copy, (const void *)r->lo, len)) {
+        memset(copy, 0, len); /* a copy cut off midway is not kept half-filled */
+        out->unreadable++;
+    }
+    if (mprotect(copy, len, r->prot) || mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->lo) == MAP_FAILED) {
+        int err = -errno;
+        munmap(copy, len);
+        return err;
+    }
+    out->mappings++;
+    out->bytes += len;
+    return 0;
+}
+
+static int release_mappings(const char *prefix, struct gp_released *out)
+{
+    for (int pass = 0; pass < MAX_PASSES; pass++) {
+        int n = collect(prefix);
+        if (n <= 0)
+            return n;
+        for (int i = 0; i < n; i++) {
+            int err = replace(&ranges[i], out);
+            if (err)
+                return err;
+        }
+    }
+    return -ELOOP;
+}
+
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+static int release_fds(const char *prefix, struct gp_released *out)
+{
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    int null = -1, err = 0;
+    char ents[4096];
+    long got;
+    while (!err && (got = syscall(SYS_getdents64, dir, ents, sizeof(ents))) > 0) {
+        for (long off = 0; off < got && !err;) {
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(ents + off);
+            off += d->d_reclen;
+            if (d->d_name[0] < '0' || d->d_name[0] > '9')
+                continue;
+            int fd = 0;
+            for (const char *c = d->d_name; *c; c++)
+                fd = fd * 10 + (*c - '0');
+            char target[256];
+            ssize_t len = readlinkat(dir, d->d_name, target, sizeof(target) - 1);
+            if (fd == dir || fd == null || len <= 0)
+                continue;
+            target[len] = 0;
+            if (!starts_with(target, prefix))
+                continue;
+            if (null < 0 && (null = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+                err = -errno;
+                break;
+            }
+            int flags = fcntl(fd, F_GETFD);
+            if (dup3(null, fd, flags > 0 && (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
+                err = -errno;
+            else
+                out->fds++;
+        }
+    }
+    if (null >= 0)
+        close(null);
+    close(dir);
+    return err;
+}
+
+int gp_release_device_files(const char *prefix, struct gp_released *out)
+{
+    memset(out, 0, sizeof(*out));
+    int err = release_mappings(prefix, out);
+    int fd_err = release_fds(prefix, out);
+    return err ? err : fd_err;
+}

@@ -1,0 +1,28 @@
+/* What a child forked after CUDA started does with the parent's device files.
+ *
+ * CUDA does not survive fork: the child cannot use the driver, yet it
+ * inherits the parent's mappings and fds of /dev/nvidia* (70 MiB of
+ * mappings and 38 fds in a PyTorch DataLoader worker on an H100 host).
+ * CRIU cannot dump them ("Can't handle non-regular mapping"), and the
+ * driver's checkpoint releases them only in the process it checkpoints. So
+ * the child lets go of them at once. */
+#ifndef GPUCKPT_DEVICE_FILES_H
+#define GPUCKPT_DEVICE_FILES_H
+
+#include <stdint.h>
+
+struct gp_released {
+    int mappings;       /* mappings replaced by private memory */
+    int unreadable;     /* of them, left zero: not readable, or faulted on reading */
+    uint64_t bytes;     /* their size */
+    int fds;            /* fds pointed at /dev/null */
+};
+
+/* Every mapping of a file whose path starts with prefix becomes private
+ * anonymous memory holding the same bytes with the same protection (zeros
+ * where it cannot be read), and every fd of such a file a /dev/null fd with
+ * the same close-on-exec flag. Async-signal-safe (a fork child of a threaded
+ * process): no malloc, no stdio. 0 or -errno; out says what was done. */
+int gp_release_device_files(const char *prefix, struct gp_released *out);
+
+#endif

@@ -1,0 +1,25 @@
+/* The first driver call that failed while a request was served, so that
+ * its reply can name the call and its CUresult instead of a bare -EIO
+ * (GPCK_ERROR_TEXT in gpuckpt_protocol.h). One record for the process:
+ * requests are served one at a time, and the copy workers of a request
+ * fail on its behalf. */
+#ifndef GPUCKPT_DRIVER_ERROR_H
+#define GPUCKPT_DRIVER_ERROR_H
+
+#include <stddef.h>
+
+#include "cuda_api.h"
+#include "real_driver.h"
+
+/* Forgets the record: a request starts. */
+void gp_driver_error_clear(void);
+/* Records call and r unless a failure is recorded already (the first one
+ * is the cause). Returns r, so a call site can wrap its check. */
+CUresult gp_driver_error_note(const char *call, CUresult r);
+/* A real driver call whose failure ends the request: GP_CALL(cuMemAlloc_v2, &p, n). */
+#define GP_CALL(name, ...) gp_driver_error_note(#name, GP_REAL(name)(__VA_ARGS__))
+/* "cuMemcpyDtoHAsync_v2 returned CUDA_ERROR_ILLEGAL_ADDRESS (700)" into
+ * buf (NUL-terminated); its length, 0 when nothing is recorded. */
+size_t gp_driver_error_text(char *buf, size_t len);
+
+#endif
