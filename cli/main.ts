@@ -127,6 +127,7 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 --gpu-only --live -o /ckpt/step1200   # pauses for what changed during the copy',
         'gpuckpt checkpoint 4242 -o /ckpt/job   # the process stops',
         'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json',
+        'gpuckpt checkpoint 4242 -o /ckpt/job --criu-opt=--tcp-established   # a job with open TCP connections',
       ]),
     )
     .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {

@@ -180,14 +180,18 @@ export async function checkpointProcess(
   });
 }
 
+/** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */
+function stagingShare(limit: bigint | undefined, n: number): { stagingLimit?: bigint } {
+  return n > 1 ? { stagingLimit: (limit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n) } : {};
+}
+
 /**
  * Suspends every member into its image, all at once. If one fails, those
  * that were suspended are resumed and the first failure is thrown: the
  * job runs on as it was.
  */
 async function suspendMembers(images: Map<number, string>, opts: CheckpointOptions): Promise<SuspendSummary[]> {
-  const split = images.size > 1 ? { stagingLimit: (opts.stagingLimit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(images.size) } : {};
-  const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...split, to })));
+  const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
   const back = await Promise.all(
@@ -284,9 +288,8 @@ export async function restoreProcess(
 
     // The pool images are decompressed while CRIU brings the processes back:
     // neither waits for the other.
-    const split = readers.length > 1 ? { stagingLimit: (opts.stagingLimit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(readers.length) } : {};
     parents = undefined; // the first loader's now
-    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...split }, i === 0 ? chain : undefined));
+    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
     const restored = await restoreWithCriu(criu, dir, info, fds.inherit, !!opts.detach, reader.path);
     fds.close();
     const criuSeconds = (performance.now() - t0) / 1000;

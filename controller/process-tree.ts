@@ -5,6 +5,7 @@
  */
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { GpuckptError } from './errors.js';
+import { statAfterName } from './processes.js';
 
 export interface TreeProcess {
   pid: number;
@@ -23,18 +24,8 @@ export interface OpenFile {
   flags: number;
 }
 
-/** Fields 3 on of /proc/PID/stat (after the command name, which may hold spaces and parentheses). */
-function statFields(pid: number): string[] | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  } catch {
-    return undefined;
-  }
-}
-
 function describe(pid: number): TreeProcess | undefined {
-  const f = statFields(pid);
+  const f = statAfterName(pid);
   if (!f) return undefined;
   let comm = '';
   try {

@@ -53,7 +53,7 @@ export function runningStartTime(pid: number): string | undefined {
 }
 
 /** /proc/PID/stat from field 3 (the state) on. */
-function statAfterName(pid: number): string[] | undefined {
+export function statAfterName(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // The command name (field 2) may hold spaces and parentheses: the last ')' ends it.

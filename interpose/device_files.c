@@ -4,8 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -93,47 +91,13 @@ static int collect(const char *prefix)
     return n;
 }
 
-static sigjmp_buf on_fault;
-
-static void fault_handler(int sig)
-{
-    siglongjmp(on_fault, sig);
-}
-
-/* The bytes of [src, src + n) into dst; false (dst left as it was) if reading faults. */
-static bool guarded_copy(void *dst, const void *src, size_t n)
-{
-    struct sigaction sa = { .sa_handler = fault_handler }, old_segv, old_bus;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
-    bool ok = false;
-    if (sigsetjmp(on_fault, 1) == 0) {
-        memcpy(dst, src, n);
-        ok = true;
-    }
-    sigaction(SIGSEGV, &old_segv, NULL);
-    sigaction(SIGBUS, &old_bus, NULL);
-    return ok;
-}
-
-/* The mapping at r becomes private memory with its bytes: built aside,
- * then moved over it in one step (mremap replaces what lies there). */
+/* The mapping at r becomes private zero memory with its protection, in
+ * one step (MAP_FIXED replaces what lies there). */
 static int replace(const struct range *r, struct gp_released *out)
 {
     size_t len = r->hi - r->lo;
-    void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED)
+    if (mmap((void *)r->lo, len, r->prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
         return -errno;
-    if (!(r->prot & PROT_READ) || !guarded_copy(copy, (const void *)r->lo, len)) {
-        memset(copy, 0, len); /* a copy cut off midway is not kept half-filled */
-        out->unreadable++;
-    }
-    if (mprotect(copy, len, r->prot) || mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->lo) == MAP_FAILED) {
-        int err = -errno;
-        munmap(copy, len);
-        return err;
-    }
     out->mappings++;
     out->bytes += len;
     return 0;

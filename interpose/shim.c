@@ -48,7 +48,7 @@ bool gp_shim_passthrough(void)
     return atomic_load_explicit(&passthrough, memory_order_relaxed);
 }
 
-/* The pool's calls that fail a remap: a reply then names them (driver_error.h). */
+/* The pool's calls that fail a remap or a release: a reply then names them (driver_error.h). */
 static CUresult noted_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                  unsigned long long flags)
 {
@@ -66,6 +66,11 @@ static CUresult noted_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAc
     return GP_CALL(cuMemSetAccess, ptr, size, desc, count);
 }
 
+static CUresult noted_mem_unmap(CUdeviceptr ptr, size_t size)
+{
+    return GP_CALL(cuMemUnmap, ptr, size);
+}
+
 static void fill_vmm_ops(struct gp_vmm_ops *ops)
 {
     ops->mem_address_reserve = GP_REAL(cuMemAddressReserve);
@@ -73,7 +78,7 @@ static void fill_vmm_ops(struct gp_vmm_ops *ops)
     ops->mem_create = noted_mem_create;
     ops->mem_release = GP_REAL(cuMemRelease);
     ops->mem_map = noted_mem_map;
-    ops->mem_unmap = GP_REAL(cuMemUnmap);
+    ops->mem_unmap = noted_mem_unmap;
     ops->mem_set_access = noted_mem_set_access;
     ops->mem_get_allocation_granularity = GP_REAL(cuMemGetAllocationGranularity);
     ops->device_can_access_peer = GP_REAL(cuDeviceCanAccessPeer);
@@ -175,8 +180,8 @@ static void after_fork_in_child(void)
             GP_WARN("fork", "cannot let go of the parent's GPU device files (%s): CRIU cannot dump this process",
                     strerror(-err));
         else
-            GP_DEBUG("fork", "let go of %d device mappings (%llu KiB, %d unreadable) and %d device fds", r.mappings,
-                     (unsigned long long)(r.bytes >> 10), r.unreadable, r.fds);
+            GP_DEBUG("fork", "let go of %d device mappings (%llu KiB) and %d device fds", r.mappings,
+                     (unsigned long long)(r.bytes >> 10), r.fds);
     }
     gp_control_server_forget();
 }

@@ -79,7 +79,7 @@ describe('checkpoint: each step failing', () => {
 
   it('pool release (the driver keeps a chunk mapped): the process is resumed from its held data', async () => {
     const { app, R } = await start({ fn: 'cuMemUnmap', nth: 1 });
-    failsInOneLine(cli(['suspend', String(app.pid)]), new RegExp(`suspend the pool failed: the CUDA driver reported an error; process ${app.pid} resumed`));
+    failsInOneLine(cli(['suspend', String(app.pid)]), new RegExp(`suspend the pool failed: the CUDA driver reported an error: cuMemUnmap returned CUDA_ERROR_UNKNOWN \\(999\\); process ${app.pid} resumed`));
     await runsWith(app, R);
   });
 
@@ -88,7 +88,7 @@ describe('checkpoint: each step failing', () => {
     ['driver checkpoint', 'cuCheckpointProcessCheckpoint'],
   ])('%s: the process is resumed with its data', async (_step, fn) => {
     const { app, R } = await start();
-    failsInOneLine(cli(['suspend', String(app.pid)], { GPUCKPT_TEST_DRIVER_FAULT: `${fn}:1` }), new RegExp(`suspend failed, process ${app.pid} resumed`));
+    failsInOneLine(cli(['suspend', String(app.pid)], { GPUCKPT_TEST_DRIVER_FAULT: `${fn}:1` }), new RegExp(`suspend failed, process ${app.pid} resumed: driver [a-z]+ of process ${app.pid} failed: ${fn} returned CUDA_ERROR_UNKNOWN \\(999\\)$`, 'm'));
     await runsWith(app, R);
     // A whole-process checkpoint through the same step: no image either.
     const out = box.path(`whole-${fn}`);

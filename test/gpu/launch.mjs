@@ -23,12 +23,15 @@
 // Job shapes (a PyTorch job, torch_train.py; trajectories bit-identical to an
 // uninterrupted run of the same shape):
 //   launch/torch-workers  DataLoader workers (fork, after CUDA started):
-//                         checkpoint, restore --detach, train, suspend, resume,
-//                         train, checkpoint --leave-running, train
-//   launch/torch-plain    the same job without workers, the same verbs but
-//                         restore onto GPU 1, then migrate to GPU 0 before the
-//                         suspend (the sequence of issue 23's unexplained
-//                         failure); times beside the workers' job
+//                         checkpoint, restore --detach onto GPU 1, train,
+//                         migrate to GPU 0, suspend, resume, train,
+//                         checkpoint --leave-running, train
+//   launch/torch-plain    the same job without workers, the same verbs: its
+//                         times beside the workers' job
+//   launch/torch-issue23  the plain job at the size of issue 23's report
+//                         (166M parameters, a 2 GiB buffer), the same verbs:
+//                         the sequence that once failed its --leave-running
+//                         checkpoint with "copy out failed"
 //   launch/torch-spawn    a child started with spawn that uses CUDA: both pools
 //                         saved and restored
 //   launch/refused        a TCP listening socket and a Unix socket to this
@@ -299,6 +302,7 @@ export async function runLaunch(h) {
     'torch-workers': { TORCH_WORKERS: '2' },
     'torch-plain': {},
     'torch-spawn': { TORCH_SPAWN_CHILD: '1' },
+    'torch-issue23': { TORCH_PARAMS_M: '166', TORCH_BUFFER_GIB: '2' },
   };
   // Uninterrupted runs of each shape, all at once, first.
   let references;
@@ -352,7 +356,7 @@ export async function runLaunch(h) {
       m.members = c.members.length;
       await waitGone(job.pid, `${shape}: after checkpoint`);
       job.ended();
-      const onOther = shape === 'torch-plain' && twoGpus;
+      const onOther = shape !== 'torch-spawn' && twoGpus;
       const t0 = Date.now();
       const r = await job.restore(ckpt, ['--detach', '--json', ...(onOther ? ['--device', '1'] : [])]);
       if (r.code !== 0) throw failure(`restore: ${r.stderr.trim().split('\n').at(-1)}`);
@@ -376,7 +380,7 @@ export async function runLaunch(h) {
     }
     times[shape] = m;
     measure(`launch/${shape}`, m);
-    return `${got.length} steps bit-identical to an uninterrupted run across checkpoint, restore${shape === 'torch-plain' && twoGpus ? ' onto GPU 1, migrate to GPU 0' : ''}, suspend/resume and checkpoint --leave-running (${m.members} CUDA process${m.members > 1 ? 'es' : ''})`;
+    return `${got.length} steps bit-identical to an uninterrupted run across checkpoint, restore${shape !== 'torch-spawn' && twoGpus ? ' onto GPU 1, migrate to GPU 0' : ''}, suspend/resume and checkpoint --leave-running (${m.members} CUDA process${m.members > 1 ? 'es' : ''})`;
   }
   for (const shape of Object.keys(shapes)) await test(`launch/${shape}`, () => shapeScenario(shape));
 
@@ -423,6 +427,7 @@ export async function runLaunch(h) {
         lines.push(line);
         say(`# refused: ${line}`);
         await job.send('train 1', 'trained', 300_000); // untouched: it trains on
+        await job.send('close', 'closed');
       }
       await job.send('quit', 'bye');
     } finally {

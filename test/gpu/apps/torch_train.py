@@ -6,6 +6,7 @@ protocol on stdin/stdout:
   train N -> trained        N more steps; losses as exact float64 hex
   listen -> socket          a TCP socket listening on 127.0.0.1
   connect PATH -> socket    a Unix stream connection to PATH
+  close -> closed           those sockets closed
   quit -> bye
 Every loss is printed as float.hex(), so runs compare bit for bit.
 
@@ -126,6 +127,10 @@ def main():
             s.connect(cmd[1])
             held.append(s)
             say({"event": "socket", "path": cmd[1]})
+        elif cmd[0] == "close":
+            while held:
+                held.pop().close()
+            say({"event": "closed"})
         elif cmd[0] == "quit":
             if child:
                 child[1].send("quit")
