@@ -1,17 +1,19 @@
 # Builds the shim (build/libgpuckpt.so), the driver keeper, and, for `make check`, the C unit
-# tests, the fake libcuda and the CPU test programs under build/test/.
+# tests, the test build of the shim, the fake libcuda and the CPU test programs under build/test/.
 # Needs only the CUDA toolkit headers (CUDA_HOME), never a GPU or libcuda.
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror -Wno-unused-parameter
-BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include
+BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include -Iprotocol
 SHIM_CFLAGS := $(BASE_CFLAGS) -fvisibility=hidden
 B := build
 
-SHIM_SRC := $(wildcard interpose/*.c) pool/alloc.c pool/pool.c
+# The shim's three parts (shim/README.md); shim/testing only in the test build.
+SHIM_SRC := $(wildcard shim/interpose/*.c shim/control/*.c shim/pool/*.c)
 SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
-SHIM_HDR := $(wildcard interpose/*.h) $(wildcard pool/*.h)
+SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h)
+TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
 all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper
 
@@ -21,8 +23,9 @@ $(B)/obj/%.o: %.c $(SHIM_HDR)
 
 # -Bsymbolic-functions: the shim's own references to its exported wrappers
 # bind to itself; --no-undefined: every GP_ROUTED entry must be defined.
+SHIM_LINK = $(CC) -shared -o $@ $^ -pthread -ldl -Wl,--no-undefined -Wl,-Bsymbolic-functions -Wl,-soname,libgpuckpt.so
 $(B)/libgpuckpt.so: $(SHIM_OBJ)
-	$(CC) -shared -o $@ $^ -pthread -ldl -Wl,--no-undefined -Wl,-Bsymbolic-functions -Wl,-soname,libgpuckpt.so
+	$(SHIM_LINK)
 
 # Started by `gpuckpt suspend` (native/keeper/driver_keeper.c says why).
 $(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c

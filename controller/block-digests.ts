@@ -4,7 +4,7 @@
  * the blocks that changed. Requests are batched (many allocations, one
  * round trip) because they run inside the application's pause.
  */
-import { native, type StatusReply } from '../native/index.js';
+import { MAX_DIGEST_RANGES, MAX_DIGESTS, type StatusReply } from '../native/index.js';
 import type { AllocationRecord } from './image/index.js';
 import type { ShimSession } from './session.js';
 
@@ -16,13 +16,12 @@ export async function loadDigestKernels(session: ShimSession, status: StatusRepl
 
 /** Every allocation's digests (8 bytes per block of blockSize), or undefined where the driver will not run the kernel. */
 export async function digestAllocations(session: ShimSession, allocations: AllocationRecord[], blockSize: number): Promise<Buffer[] | undefined> {
-  const { maxDigests, maxDigestRanges } = native();
   const size = BigInt(blockSize);
   const blocks = (length: bigint) => Number((length + size - 1n) / size);
-  // Segments of at most maxDigests blocks, cut on block boundaries.
+  // Segments of at most MAX_DIGESTS blocks, cut on block boundaries.
   const segments = allocations.flatMap((a, index) => {
     const out: { index: number; device: number; addr: bigint; length: bigint }[] = [];
-    const span = size * BigInt(maxDigests);
+    const span = size * BigInt(MAX_DIGESTS);
     for (let off = 0n; off < a.size; off += span) out.push({ index, device: a.device, addr: a.addr + off, length: a.size - off < span ? a.size - off : span });
     return out;
   });
@@ -32,7 +31,7 @@ export async function digestAllocations(session: ShimSession, allocations: Alloc
     for (let i = 0; i < mine.length; ) {
       const batch: typeof mine = [];
       let n = 0;
-      while (i < mine.length && batch.length < maxDigestRanges && n + blocks(mine[i]!.length) <= maxDigests) {
+      while (i < mine.length && batch.length < MAX_DIGEST_RANGES && n + blocks(mine[i]!.length) <= MAX_DIGESTS) {
         n += blocks(mine[i]!.length);
         batch.push(mine[i++]!);
       }

@@ -8,7 +8,7 @@
  *   driver's process checkpoint function fn (cuCheckpointProcessLock, ...)
  *   return CUDA_ERROR_UNKNOWN. The shim reads the same variable in the
  *   application for the driver calls it makes for the controller
- *   (interpose/test_faults.h).
+ *   (shim/testing/test_faults.h, in the test build of the shim only).
  */
 import { GpuckptError } from './errors.js';
 

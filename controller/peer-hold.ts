@@ -7,7 +7,7 @@
  * (NVLink: 16 GiB in 0.044 s on the H200 hosts, against 0.31 s each way
  * through host memory) and keeps the fds; after the driver's restore onto
  * the new GPUs, the remap maps that memory where the pool was, so nothing
- * is copied back in. See interpose/peer_hold.h.
+ * is copied back in. See shim/control/peer_hold.h.
  *
  * Not taken (the caller goes through host memory) when a GPU with pool data
  * would stay where it is, the target lacks memory for it, or the shim cannot
@@ -24,7 +24,7 @@ import type { HeldLayout } from './held-memory.js';
 import type { GpuNeed } from './gpu-room.js';
 import type { PhaseClock } from './phase-clock.js';
 import type { ShimSession } from './session.js';
-import { native, type StatusReply } from '../native/index.js';
+import { MAX_STAGING_FILES, native, type StatusReply } from '../native/index.js';
 
 export interface HeldOnGpus {
   layout: HeldLayout;
@@ -60,7 +60,7 @@ export function closeAll(fds: number[][]): void {
 
 /** Sends each ordinal's fds in requests of at most GPCK_MAX_STAGING_FILES, in order; last: the final request of all. */
 export async function inBatches(fds: number[][], send: (device: number, first: number, batch: number[], last: boolean) => Promise<unknown>): Promise<void> {
-  const most = native().maxStagingFiles;
+  const most = MAX_STAGING_FILES;
   const used = fds.flatMap((list, device) => (list.length ? [device] : []));
   for (const device of used)
     for (let first = 0; first < fds[device].length; first += most)

@@ -1,5 +1,5 @@
 /**
- * Where a process's control socket lives. The shim (interpose/config.c)
+ * Where a process's control socket lives. The shim (shim/interpose/config.c)
  * computes the same directory from the same variables; when the target's
  * environment differs from ours, it is read from /proc/PID/environ.
  */

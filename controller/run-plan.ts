@@ -23,9 +23,11 @@ export interface RunPlan {
 
 const CHUNK = 2n << 20n;
 
+/** The shim `run` preloads: the package's, or GPUCKPT_SHIM (the tests' build with fault injection, say). */
 export function shimPath(): string {
-  const p = join(packageRoot(), 'build', 'libgpuckpt.so');
-  if (!existsSync(p)) throw new GpuckptError('NO_SHIM', `the shim is not built (${p} is missing): run npm run build`);
+  const given = process.env.GPUCKPT_SHIM;
+  const p = given ? resolve(given) : join(packageRoot(), 'build', 'libgpuckpt.so');
+  if (!existsSync(p)) throw new GpuckptError('NO_SHIM', given ? `GPUCKPT_SHIM names no file: ${p}` : `the shim is not built (${p} is missing): run npm run build`);
   return p;
 }
 

@@ -10,39 +10,41 @@ import { hasShimLoaded, isAlive, processUid } from './processes.js';
 import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
 import { MAX_RANGES_PER_COPY } from './staging-plan.js';
 import {
+  CopyFlag,
   MessageType,
   native,
+  PeerFlag,
   PoolState,
+  QuiesceFlag,
+  StagingFlag,
+  SuspendFlag,
   type AllocEntry,
   type CopyRange,
+  type CopyReply,
   type DeviceInfo,
   type HelloReply,
+  type Messages,
   type NativeError,
   type NativeSession,
+  type PeerReply,
+  type PoolReply,
   type StatusReply,
 } from '../native/index.js';
+
+/** A message's reply as the addon gives it: the table's type, and the fds that came with it. */
+type Reply<K extends keyof Messages> = (Messages[K]['reply'] extends undefined ? object : Messages[K]['reply']) & { fds?: number[] };
+
+/** How a request is sent: within timeoutMs; codes: refusals (errno names) the caller handles, as its own error codes; fds: sent along. */
+interface SendOptions {
+  timeoutMs?: number;
+  codes?: Partial<Record<string, ErrorCode>>;
+  fds?: number[];
+}
 
 /** Most allocations listed per request (GPCK_MAX_LIST_ENTRIES caps it). */
 const LIST_PAGE = 4096;
 /** A plain request that takes longer than this means the shim is stuck. */
 const REQUEST_TIMEOUT_MS = 60_000;
-
-/** Flags of the protocol header (GPCK_STAGING_*, GPCK_SUSPEND_HOLD_STAGING). */
-const STAGING_HELD = 1;
-const STAGING_PRIVATE = 2;
-const STAGING_READY = 4;
-const STAGING_GIVEN = 8;
-const STAGING_UNPINNED = 16;
-const SUSPEND_HOLD_STAGING = 1;
-const SUSPEND_HOLD_PEER = 2;
-const QUIESCE_ROLLBACK = 1;
-const COPY_FROM_MIRROR = 4;
-const PEER_INTO_POOL = 1;
-const PEER_COMPLETES = 2;
-const PEER_MIRROR = 4;
-const PEER_ADOPT = 8;
-const COPY_COMPLETES = 1;
-const COPY_ZEROS = 2;
 
 /** Staging memory: the shim's (received over the socket) or this process's (staging-files.ts); the codec workers map it. */
 export interface StagingMemory {
@@ -113,7 +115,7 @@ export class ShimSession {
     }
     let hello: HelloReply;
     try {
-      hello = await conn.request(MessageType.HELLO, {}, REQUEST_TIMEOUT_MS);
+      hello = (await conn.request(MessageType.HELLO, {}, REQUEST_TIMEOUT_MS)) as HelloReply;
     } catch (e) {
       conn.close();
       throw mapError(e, pid, 'hello');
@@ -125,21 +127,14 @@ export class ShimSession {
     return this.hello.poolState === PoolState.ACTIVE;
   }
 
-  /** codes: a refusal (errno name) this caller handles, turned into its own error code. */
-  private request<T>(
-    type: number,
-    what: string,
-    args: object = {},
-    timeoutMs = REQUEST_TIMEOUT_MS,
-    codes: Partial<Record<string, ErrorCode>> = {},
-    fds?: number[],
-  ): Promise<T> {
+  /** One request of message name (a `what` for errors), queued behind the ones before it. */
+  private request<K extends keyof Messages>(name: K, what: string, args?: Messages[K]['request'], opts: SendOptions = {}): Promise<Reply<K>> {
     if (this.closed) return Promise.reject(new GpuckptError('SESSION_CLOSED', `session with process ${this.pid} is closed`));
-    const run = async (): Promise<T> => {
+    const run = async (): Promise<Reply<K>> => {
       try {
-        return (await this.conn.request(type, args, timeoutMs, fds)) as T;
+        return (await this.conn.request(MessageType[name], args ?? {}, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.fds)) as Reply<K>;
       } catch (e) {
-        throw mapError(e, this.pid, what, codes);
+        throw mapError(e, this.pid, what, opts.codes);
       }
     };
     const p = this.queue.then(run, run);
@@ -148,7 +143,7 @@ export class ShimSession {
   }
 
   status(): Promise<StatusReply> {
-    return this.request(MessageType.STATUS, 'status');
+    return this.request('STATUS', 'status');
   }
 
   /**
@@ -166,7 +161,7 @@ export class ShimSession {
   }
 
   async devices(): Promise<DeviceInfo[]> {
-    return (await this.request<{ devices: DeviceInfo[] }>(MessageType.DEVICES, 'devices')).devices;
+    return (await this.request('DEVICES', 'devices')).devices;
   }
 
   /**
@@ -177,24 +172,18 @@ export class ShimSession {
    */
   quiesce(leaseMs: number, rollback = false): Promise<{ drainNs: number; syncNs: number }> {
     this.firstPauseAt ??= performance.now();
-    return this.request(MessageType.QUIESCE, 'quiesce', { leaseMs, flags: rollback ? QUIESCE_ROLLBACK : 0 }, leaseMs + REQUEST_TIMEOUT_MS, {
-      ENOTRECOVERABLE: 'HALF_RESTORED',
-    });
+    return this.request('QUIESCE', 'quiesce', { leaseMs, flags: rollback ? QuiesceFlag.ROLLBACK : 0 }, { timeoutMs: leaseMs + REQUEST_TIMEOUT_MS, codes: { ENOTRECOVERABLE: 'HALF_RESTORED' } });
   }
 
   resume(): Promise<{ closedNs: number }> {
-    return this.request(MessageType.RESUME, 'resume');
+    return this.request('RESUME', 'resume');
   }
 
   async listAllocations(): Promise<AllocEntry[]> {
     const all: AllocEntry[] = [];
     let start = 0n;
     for (;;) {
-      const page = await this.request<{ entries: AllocEntry[]; more: boolean; next: bigint }>(
-        MessageType.LIST_ALLOCS,
-        'list allocations',
-        { start, max: LIST_PAGE },
-      );
+      const page = await this.request('LIST_ALLOCS', 'list allocations', { start, max: LIST_PAGE });
       all.push(...page.entries);
       if (!page.more) return all;
       start = page.next;
@@ -212,12 +201,8 @@ export class ShimSession {
    * resume: the total counts).
    */
   async mapStaging(size: number, kind: 'shared' | 'private' | 'held' = 'shared', ready = kind === 'shared'): Promise<StagingMemory> {
-    const flags = { shared: 0, private: STAGING_PRIVATE, held: STAGING_HELD }[kind] | (ready ? STAGING_READY : 0);
-    const rep = await this.request<{ size: bigint; registerNs: number; fileBytes: bigint; files: number; fds?: number[] }>(
-      MessageType.STAGING_MAP,
-      kind === 'held' ? 'map the held pool data' : 'map staging memory',
-      { size: BigInt(size), flags },
-    );
+    const flags = { shared: 0, private: StagingFlag.PRIVATE, held: StagingFlag.HELD }[kind] | (ready ? StagingFlag.READY : 0);
+    const rep = await this.request('STAGING_MAP', kind === 'held' ? 'map the held pool data' : 'map staging memory', { size: BigInt(size), flags, files: 0, fileBytes: 0n });
     const staging = { fds: rep.fds ?? [], fileBytes: Number(rep.fileBytes), size: Number(rep.size), registerNs: rep.registerNs };
     const whole = staging.fds.length === rep.files && (rep.files === 0 || staging.fileBytes * rep.files >= staging.size);
     if (!whole || (kind === 'shared' && rep.files === 0)) {
@@ -236,36 +221,29 @@ export class ShimSession {
    * had no room for the fds; ask for the shim's own instead.
    */
   async giveStaging(staging: StagingMemory, filled: boolean): Promise<void> {
-    const rep = await this.request<{ registerNs: number }>(
-      MessageType.STAGING_MAP,
+    const rep = await this.request(
+      'STAGING_MAP',
       'map staging memory',
-      {
-        size: BigInt(staging.size),
-        flags: STAGING_GIVEN | (filled ? STAGING_UNPINNED : 0),
-        files: staging.fds.length,
-        fileBytes: BigInt(staging.fileBytes),
-      },
-      REQUEST_TIMEOUT_MS,
-      { EMFILE: 'OUT_OF_FDS' },
-      staging.fds,
+      { size: BigInt(staging.size), flags: StagingFlag.GIVEN | (filled ? StagingFlag.UNPINNED : 0), files: staging.fds.length, fileBytes: BigInt(staging.fileBytes) },
+      { codes: { EMFILE: 'OUT_OF_FDS' }, fds: staging.fds },
     );
     staging.registerNs = rep.registerNs;
   }
 
   /** Frees the staging memory in the application. */
-  unmapStaging(): Promise<void> {
-    return this.request(MessageType.STAGING_UNMAP, 'unmap staging memory');
+  async unmapStaging(): Promise<void> {
+    await this.request('STAGING_UNMAP', 'unmap staging memory');
   }
 
   /**
    * Digests of ranges of one device by the shim's kernel while the
    * application is held, or in this session's live window (8 bytes LE per block, the ranges' blocks one
-   * after the other; 0: all zeros), within native().maxDigests blocks and
-   * maxDigestRanges ranges; undefined where the driver will not run the
+   * after the other; 0: all zeros), within MAX_DIGESTS blocks and
+   * MAX_DIGEST_RANGES ranges; undefined where the driver will not run the
    * kernel.
    */
   async blockDigests(device: number, ranges: { addr: bigint; length: bigint }[], blockSize: number): Promise<Buffer | undefined> {
-    const r = await this.digestRequest<{ digests?: Buffer }>('block digests', { device, ranges, blockSize: BigInt(blockSize) });
+    const r = await this.digestRequest('block digests', { device, ranges, blockSize: BigInt(blockSize) });
     if (r && !r.digests) throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} sent malformed block digests`);
     return r?.digests;
   }
@@ -276,9 +254,9 @@ export class ShimSession {
   }
 
   /** A BLOCK_DIGEST request; undefined when the driver will not load or run the kernel. */
-  private async digestRequest<T extends object>(what: string, args: object): Promise<T | undefined> {
+  private async digestRequest(what: string, args: Messages['BLOCK_DIGEST']['request']): Promise<Reply<'BLOCK_DIGEST'> | undefined> {
     try {
-      return await this.request<T>(MessageType.BLOCK_DIGEST, what, args, REQUEST_TIMEOUT_MS, { ENOSYS: 'NO_DIGEST_KERNEL' });
+      return await this.request('BLOCK_DIGEST', what, args, { codes: { ENOSYS: 'NO_DIGEST_KERNEL' } });
     } catch (e) {
       if (isGpuckptError(e, 'NO_DIGEST_KERNEL')) return undefined;
       throw e;
@@ -286,8 +264,8 @@ export class ShimSession {
   }
 
   /** fromMirror: read from the peer mirror (peerMirror), the pool as the last peer hold copied it. */
-  copyOut(ranges: CopyRange[], fromMirror = false): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.COPY_OUT, 'copy out', { ranges, flags: fromMirror ? COPY_FROM_MIRROR : 0 });
+  copyOut(ranges: CopyRange[], fromMirror = false): Promise<CopyReply> {
+    return this.request('COPY_OUT', 'copy out', { ranges, flags: fromMirror ? CopyFlag.FROM_MIRROR : 0 });
   }
 
   /**
@@ -296,13 +274,13 @@ export class ShimSession {
    * memory mapped until the window closes (see the protocol header).
    * Closing the session closes it too.
    */
-  liveWindow(open: boolean): Promise<void> {
-    return this.request(MessageType.LIVE_WINDOW, open ? 'open a live window' : 'close the live window', { open });
+  async liveWindow(open: boolean): Promise<void> {
+    await this.request('LIVE_WINDOW', open ? 'open a live window' : 'close the live window', { open });
   }
 
   /** completes: with these ranges the image's data is all in the pool. */
-  copyIn(ranges: CopyRange[], completes = false): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.COPY_IN, 'copy in', { ranges, flags: completes ? COPY_COMPLETES : 0 });
+  copyIn(ranges: CopyRange[], completes = false): Promise<CopyReply> {
+    return this.request('COPY_IN', 'copy in', { ranges, flags: completes ? CopyFlag.COMPLETES : 0 });
   }
 
   /**
@@ -313,7 +291,7 @@ export class ShimSession {
     for (let k = 0; k < ranges.length; k += MAX_RANGES_PER_COPY) {
       const part = ranges.slice(k, k + MAX_RANGES_PER_COPY).map((r) => ({ device: r.device, addr: r.addr, length: Number(r.size), stagingOffset: 0 }));
       const last = completes && k + MAX_RANGES_PER_COPY >= ranges.length;
-      await this.request(MessageType.COPY_IN, 'zero fill', { ranges: part, flags: COPY_ZEROS | (last ? COPY_COMPLETES : 0) });
+      await this.request('COPY_IN', 'zero fill', { ranges: part, flags: CopyFlag.ZEROS | (last ? CopyFlag.COMPLETES : 0) });
     }
   }
 
@@ -323,14 +301,14 @@ export class ShimSession {
    * session's staging memory ('staging'), which the shim keeps, image then
    * describing its layout; or on another GPU ('peer', after peerHold).
    */
-  suspendPool(image: string, held?: 'staging' | 'peer'): Promise<{ bytes: number; ns: number }> {
-    const flags = held === 'staging' ? SUSPEND_HOLD_STAGING : held === 'peer' ? SUSPEND_HOLD_PEER : 0;
-    return this.request(MessageType.SUSPEND_POOL, 'suspend the pool', { image, flags });
+  suspendPool(image: string, held?: 'staging' | 'peer'): Promise<PoolReply> {
+    const flags = held === 'staging' ? SuspendFlag.HOLD_STAGING : held === 'peer' ? SuspendFlag.HOLD_PEER : 0;
+    return this.request('SUSPEND_POOL', 'suspend the pool', { image, flags });
   }
 
   /** Room in the application for the fds of every chunk in use (see GPCK_PEER_HOLD); OUT_OF_FDS when its hard limit is short. */
   async peerRoom(): Promise<void> {
-    await this.request(MessageType.PEER_HOLD, 'make room for fds in the application', { device: 0, first: 0 }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' });
+    await this.request('PEER_HOLD', 'make room for fds in the application', { device: 0, flags: 0, first: 0 }, { codes: { EMFILE: 'OUT_OF_FDS' } });
   }
 
   /**
@@ -338,8 +316,8 @@ export class ShimSession {
    * memory behind fds, on another GPU (see GPCK_PEER_HOLD); the shim keeps
    * its copies of the fds, this process still owns its own.
    */
-  peerHold(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number; chunksHeld: number }> {
-    return this.request(MessageType.PEER_HOLD, 'copy the pool to another GPU', { device, first }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
+  peerHold(device: number, first: number, fds: number[]): Promise<PeerReply> {
+    return this.request('PEER_HOLD', 'copy the pool to another GPU', { device, flags: 0, first }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
   }
 
   /**
@@ -347,13 +325,13 @@ export class ShimSession {
    * memory behind fds back into device's chunks from first on (see
    * GPCK_PEER_INTO_POOL); completes: the data is then all in.
    */
-  peerCopyIn(device: number, first: number, fds: number[], completes: boolean): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.PEER_HOLD, 'copy the pool back from the GPU', { device, first, flags: PEER_INTO_POOL | (completes ? PEER_COMPLETES : 0) }, REQUEST_TIMEOUT_MS, {}, fds);
+  peerCopyIn(device: number, first: number, fds: number[], completes: boolean): Promise<PeerReply> {
+    return this.request('PEER_HOLD', 'copy the pool back from the GPU', { device, first, flags: PeerFlag.INTO_POOL | (completes ? PeerFlag.COMPLETES : 0) }, { fds });
   }
 
   /** Maps the memory behind fds as device's mirror from first on (see GPCK_PEER_MIRROR), for copyOut(ranges, true); until this session closes. */
-  peerMirror(device: number, first: number, fds: number[]): Promise<{ bytes: number; ns: number }> {
-    return this.request(MessageType.PEER_HOLD, 'map the copy on the GPU', { device, first, flags: PEER_MIRROR }, REQUEST_TIMEOUT_MS, {}, fds);
+  peerMirror(device: number, first: number, fds: number[]): Promise<PeerReply> {
+    return this.request('PEER_HOLD', 'map the copy on the GPU', { device, first, flags: PeerFlag.MIRROR }, { fds });
   }
 
   /**
@@ -361,18 +339,18 @@ export class ShimSession {
    * memory of device's chunks from first on, uncopied (see GPCK_PEER_ADOPT);
    * without fds, room for them.
    */
-  peerAdopt(device: number, first: number, fds: number[]): Promise<{ chunksHeld: number }> {
-    return this.request(MessageType.PEER_HOLD, 'hand the copy on the GPU back', { device, first, flags: PEER_ADOPT }, REQUEST_TIMEOUT_MS, { EMFILE: 'OUT_OF_FDS' }, fds);
+  peerAdopt(device: number, first: number, fds: number[]): Promise<PeerReply> {
+    return this.request('PEER_HOLD', 'hand the copy on the GPU back', { device, first, flags: PeerFlag.ADOPT }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
   }
 
   /** The held data is now saved at image (or kept by this controller): the shim frees its copy. */
-  dropHeld(image: string): Promise<void> {
-    return this.request(MessageType.DROP_HELD, 'free the held pool data', { image });
+  async dropHeld(image: string): Promise<void> {
+    await this.request('DROP_HELD', 'free the held pool data', { image, flags: 0 });
   }
 
   /** Maps the pool again after a suspend; this session then holds the application. bytesCopied: see GPCK_SUSPEND_HOLD_PEER. */
-  remapPool(): Promise<{ bytes: number; ns: number; bytesCopied: number }> {
-    return this.request(MessageType.REMAP_POOL, 'map the pool again', {}, REQUEST_TIMEOUT_MS, { ENOMEM: 'GPU_OUT_OF_MEMORY' });
+  remapPool(): Promise<PoolReply> {
+    return this.request('REMAP_POOL', 'map the pool again', undefined, { codes: { ENOMEM: 'GPU_OUT_OF_MEMORY' } });
   }
 
   /** Closing the socket also makes the shim reopen the gate and drop staging. */

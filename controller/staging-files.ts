@@ -6,16 +6,16 @@
  * brings it back.
  *
  * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (32 MiB) each,
- * more when that would take more than maxStagingFiles, whole 2 MiB; the
+ * more when that would take more than MAX_STAGING_FILES, whole 2 MiB; the
  * kernel faults in one memfd's pages one thread at a time, so many files
  * let the workers fill staging in parallel.
  */
 import { GpuckptError } from './errors.js';
 import { closeStaging, type StagingMemory } from './session.js';
 import { formatBytes, parseSize } from './units.js';
-import { native } from '../native/index.js';
+import { MAX_STAGING_FILES, native } from '../native/index.js';
 
-/** GP_DEFAULT_STAGING_FILE of interpose/config.h (which says why). */
+/** GP_DEFAULT_STAGING_FILE of shim/interpose/config.h (which says why). */
 const DEFAULT_FILE_BYTES = 32 * 1024 * 1024;
 const FILE_ALIGN = 2 * 1024 * 1024;
 
@@ -23,7 +23,7 @@ const FILE_ALIGN = 2 * 1024 * 1024;
 export function stagingFileBytes(size: number, env: NodeJS.ProcessEnv = process.env): number {
   const set = env.GPUCKPT_STAGING_FILE;
   const least = set ? Number(parseSize(set, 'GPUCKPT_STAGING_FILE')) : DEFAULT_FILE_BYTES;
-  const per = Math.max(least, Math.ceil(size / native().maxStagingFiles));
+  const per = Math.max(least, Math.ceil(size / MAX_STAGING_FILES));
   return Math.ceil(per / FILE_ALIGN) * FILE_ALIGN;
 }
 

@@ -1,90 +1,17 @@
 /**
  * Typed face of the native addon (native/src). The addon stays thin: it
- * speaks the protocol of interpose/gpuckpt_protocol.h and maps shared
- * memory; everything else is TypeScript.
+ * speaks the protocol (protocol/messages.mjs; its types and constants are
+ * protocol.gen.ts) and maps shared memory; everything else is TypeScript.
  */
 import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** Request types; values mirror enum gpck_type in gpuckpt_protocol.h. */
-export const MessageType = {
-  HELLO: 1,
-  STATUS: 2,
-  DEVICES: 3,
-  QUIESCE: 4,
-  RESUME: 5,
-  LIST_ALLOCS: 6,
-  STAGING_MAP: 7,
-  STAGING_UNMAP: 8,
-  COPY_OUT: 9,
-  COPY_IN: 10,
-  SUSPEND_POOL: 11,
-  REMAP_POOL: 12,
-  DROP_HELD: 13,
-  BLOCK_DIGEST: 14,
-  LIVE_WINDOW: 15,
-  PEER_HOLD: 16,
-} as const;
-
-/** enum gpck_pool_state */
-export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2, SUSPENDED: 3, HALF_RESTORED: 4 } as const;
+export * from './protocol.gen.js';
 
 /** CUprocessState of the driver checkpoint API. */
 export const DriverProcessState = { RUNNING: 0, LOCKED: 1, CHECKPOINTED: 2, FAILED: 3 } as const;
-
-export interface HelloReply {
-  version: number;
-  pid: number;
-  uid: number;
-  deviceCount: number;
-  poolState: number;
-  driverVersion: number;
-  poolBase: bigint;
-  sliceSize: bigint;
-  quantum: bigint;
-  chunkSize: bigint;
-}
-
-export interface OutsidePool {
-  managed: bigint;
-  streamOrdered: bigint;
-  host: bigint;
-  unrouted: bigint;
-}
-
-export interface StatusReply {
-  gateClosed: boolean;
-  poolState: number;
-  outsidePool: OutsidePool;
-  gatedCalls: bigint;
-  /** chunksInUse: chunks holding live allocations (what a remap maps, what a peer hold carries). */
-  devices: { bytesInUse: bigint; bytesMapped: bigint; allocations: number; chunksInUse: number }[];
-  /** While suspended: the image holding the pool's data. */
-  heldImage: string;
-}
-
-export interface DeviceInfo {
-  ordinal: number;
-  name: string;
-  uuid: string;
-  totalMemory: bigint;
-  computeCapability: string;
-}
-
-export interface AllocEntry {
-  device: number;
-  addr: bigint;
-  size: bigint;
-}
-
-export interface CopyRange {
-  device: number;
-  addr: bigint;
-  length: number;
-  stagingOffset: number;
-}
 
 /** Errors the addon raises carry the errno; `transport` tells a socket
  * failure from a refusal by the shim. */
@@ -126,11 +53,6 @@ interface NativeModule {
   /** What one process holds per GPU; null when NVML cannot say. */
   processGpuMemory(pid: number): { uuid: string; bytes: bigint }[] | null;
   protocolVersion: number;
-  /** GPCK_MAX_DIGESTS, GPCK_MAX_DIGEST_RANGES: what one digest request may ask. */
-  maxDigests: number;
-  maxDigestRanges: number;
-  /** GPCK_MAX_STAGING_FILES: memfds one staging may be made of. */
-  maxStagingFiles: number;
   /** Queues the dirty pages of the file behind fd for writeback (sync_file_range, whole file) without waiting for them; rejects with code set to the errno name. */
   startWriteback(fd: number): Promise<void>;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */

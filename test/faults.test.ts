@@ -14,7 +14,7 @@ import { describe, expect, it } from 'vitest';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent, type BufferState } from '../controller/app-driver.js';
-import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, FAULTS_SHIM, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
 
@@ -27,7 +27,7 @@ const noTempDirs = () => expect(readdirSync(box.dir).filter((n) => n.includes('g
  * controller (GPUCKPT_TEST_DRIVER_FAULT, the switch GPU hosts use too).
  */
 async function start(fault?: { fn: string; nth: number }) {
-  const failAt: Record<string, string> = fault ? { GPUCKPT_TEST_DRIVER_FAULT: `${fault.fn}:${fault.nth}` } : {};
+  const failAt: Record<string, string> = fault ? { ...FAULTS_SHIM, GPUCKPT_TEST_DRIVER_FAULT: `${fault.fn}:${fault.nth}` } : {};
   const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', ...failAt } });
   return { app, R: ready.buffers as BufferState[] };
 }

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { ROOT } from './helpers/e2e.js';
 
 describe('gated list', () => {
-  const list = readFileSync(join(ROOT, 'interpose', 'gated_functions.gen.h'), 'utf8');
+  const list = readFileSync(join(ROOT, 'shim', 'interpose', 'gated_functions.gen.h'), 'utf8');
   const listed = [...list.matchAll(/^GP_(GATED|ROUTED)\((\w+),/gm)].map((m) => m[2]!).sort();
 
   it('matches the symbols the shim exports', () => {
@@ -33,7 +33,7 @@ describe('gated list', () => {
   });
 
   it('is what cuda.h gives', () => {
-    const r = spawnSync('node', [join(ROOT, 'interpose', 'gen_gated.mjs'), '--check'], { encoding: 'utf8' });
+    const r = spawnSync('node', [join(ROOT, 'shim', 'interpose', 'gen_gated.mjs'), '--check'], { encoding: 'utf8' });
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
   });

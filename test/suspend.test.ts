@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
-import { APPS, eventually, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+import { APPS, eventually, FAULTS_SHIM, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
 import { driverKeeperPid } from '../controller/driver-keeper.js';
 
 const box = new Sandbox();
@@ -271,7 +271,7 @@ describe('migrate', () => {
   });
 
   it('goes through host memory when the application cannot take the GPU memory (an import fails)', async () => {
-    const { app, ready } = await start({ GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:2' });
+    const { app, ready } = await start({ ...FAULTS_SHIM, GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:2' });
     const m = cli(['migrate', String(app.pid), '--to-device', '1', '--json']);
     expect(m.stderr).toBe('');
     expect(m.code).toBe(0);
@@ -284,7 +284,7 @@ describe('migrate', () => {
 
   it('keeps the data on the other GPU when the remap fails, and the next resume brings it back', async () => {
     // Imports 1 and 2 are the hold's (two chunks), 3 is the remap's first.
-    const { app, ready } = await start({ GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:3' });
+    const { app, ready } = await start({ ...FAULTS_SHIM, GPUCKPT_TEST_DRIVER_FAULT: 'cuMemImportFromShareableHandle:3' });
     const m = cli(['migrate', String(app.pid), '--to-device', '1']);
     expect(m.code).toBe(1);
     expect(m.stderr.trimEnd().split('\n')).toHaveLength(1);

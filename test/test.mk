@@ -2,7 +2,7 @@
 T := $(B)/test
 FAKE_SRC := $(wildcard test/fake-cuda/*.c)
 # The fake computes the digest kernel's function from the shim's header.
-FAKE_HDR := $(wildcard test/fake-cuda/*.h) interpose/block_digest_fn.h
+FAKE_HDR := $(wildcard test/fake-cuda/*.h) protocol/block_digest_fn.h
 TEST_CFLAGS := $(CFLAGS) $(BASE_CFLAGS)
 
 $(T)/fake/libcuda.so.1: $(FAKE_SRC) $(FAKE_HDR)
@@ -21,37 +21,43 @@ $(T)/fake/libnvidia-ml.so.1: test/fake-nvml/fake_nvml.c
 $(T)/fake_selftest: test/fake-cuda/selftest/selftest.c $(T)/fake/libcuda.so.1
 	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
 
-$(T)/test_alloc: test/c/test_alloc.c pool/alloc.c pool/alloc.h
+# The shim with its test-only fault injection (shim/testing): what the tests
+# that fail driver calls run their applications under (GPUCKPT_SHIM).
+$(T)/shim/libgpuckpt.so: $(SHIM_OBJ) $(TESTING_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Ipool -o $@ test/c/test_alloc.c pool/alloc.c
+	$(SHIM_LINK)
 
-$(T)/test_gate: test/c/test_gate.c interpose/gate.c interpose/gate.h
+$(T)/test_alloc: test/c/test_alloc.c shim/pool/alloc.c shim/pool/alloc.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_gate.c interpose/gate.c
+	$(CC) $(TEST_CFLAGS) -Ishim/pool -o $@ test/c/test_alloc.c shim/pool/alloc.c
 
-$(T)/test_config: test/c/test_config.c interpose/config.c interpose/log.c interpose/config.h
+$(T)/test_gate: test/c/test_gate.c shim/interpose/gate.c shim/interpose/gate.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_config.c interpose/config.c interpose/log.c
+	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_gate.c shim/interpose/gate.c
 
-$(T)/test_bounce: test/c/test_bounce.c interpose/bounce.c interpose/bounce.h interpose/prefault.c interpose/prefault.h interpose/log.c interpose/config.c interpose/driver_error.c $(T)/fake/libcuda.so.1
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_bounce.c interpose/bounce.c interpose/prefault.c interpose/log.c interpose/config.c interpose/driver_error.c \
+$(T)/test_config: test/c/test_config.c shim/interpose/config.c shim/interpose/log.c shim/interpose/config.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_config.c shim/interpose/config.c shim/interpose/log.c
+
+$(T)/test_bounce: test/c/test_bounce.c shim/control/bounce.c shim/control/bounce.h shim/control/prefault.c shim/control/prefault.h shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_bounce.c shim/control/bounce.c shim/control/prefault.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c \
 		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
-$(T)/test_spare_memory: test/c/test_spare_memory.c interpose/spare_memory.c interpose/spare_memory.h interpose/log.c interpose/config.h
+$(T)/test_spare_memory: test/c/test_spare_memory.c shim/control/spare_memory.c shim/control/spare_memory.h shim/interpose/log.c shim/interpose/config.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_spare_memory.c interpose/spare_memory.c interpose/log.c -pthread
+	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_spare_memory.c shim/control/spare_memory.c shim/interpose/log.c -pthread
 
-$(T)/test_prefault: test/c/test_prefault.c interpose/prefault.c interpose/prefault.h
+$(T)/test_prefault: test/c/test_prefault.c shim/control/prefault.c shim/control/prefault.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_prefault.c interpose/prefault.c -pthread
+	$(CC) $(TEST_CFLAGS) -Ishim/control -o $@ test/c/test_prefault.c shim/control/prefault.c -pthread
 
-$(T)/test_device_files: test/c/test_device_files.c interpose/device_files.c interpose/device_files.h
+$(T)/test_device_files: test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/device_files.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ test/c/test_device_files.c interpose/device_files.c -pthread
+	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_device_files.c shim/interpose/device_files.c -pthread
 
 # Linked against the fake, to make exported GPU memory as a controller does for a migrate.
-$(T)/protocol_client: test/c/protocol_client.c interpose/gpuckpt_protocol.h $(T)/fake/libcuda.so.1
-	$(CC) $(TEST_CFLAGS) -Iinterpose -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
+$(T)/protocol_client: test/c/protocol_client.c protocol/gpuckpt_protocol.h $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
 
 # The CPU test application, linked against the fake (-lcuda) and in the
 # cudart-like variant that takes entry points from cuGetProcAddress.
@@ -61,15 +67,16 @@ $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
+TEST_BINS := $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
 
 test-build: all $(TEST_BINS)
 
 # Unit tests in C, and the check that the gated list matches cuda.h.
 check: test-build
-	node interpose/gen_gated.mjs --check
-	bash interpose/gen_ptx.sh --check
+	node protocol/generate.mjs --check
+	node shim/interpose/gen_gated.mjs --check
+	bash shim/control/gen_ptx.sh --check
 	$(T)/test_alloc
 	$(T)/test_gate
 	$(T)/test_config

@@ -32,9 +32,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("unixSockets", Napi::Function::New(env, UnixSockets, "unixSockets"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
-  exports.Set("maxDigests", Napi::Number::New(env, GPCK_MAX_DIGESTS));
-  exports.Set("maxDigestRanges", Napi::Number::New(env, GPCK_MAX_DIGEST_RANGES));
-  exports.Set("maxStagingFiles", Napi::Number::New(env, GPCK_MAX_STAGING_FILES));
   return exports;
 }
 

@@ -1,5 +1,5 @@
 // Block digests of host memory with the function of the shim's GPU kernel
-// (interpose/block_digest_fn.h): a live checkpoint compares the digests of
+// (protocol/block_digest_fn.h): a live checkpoint compares the digests of
 // what it copied with the kernel's digests of the pool to find what changed.
 #ifndef GPUCKPT_NATIVE_HOST_DIGEST_H
 #define GPUCKPT_NATIVE_HOST_DIGEST_H

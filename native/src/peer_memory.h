@@ -1,5 +1,5 @@
 // GPU memory the controller allocates for another process: where a migrate
-// puts the pool on the GPU the process moves to (interpose/peer_hold.h).
+// puts the pool on the GPU the process moves to (shim/control/peer_hold.h).
 // Each chunk is made with the POSIX fd handle type, exported, and released
 // at once: the fd alone keeps the memory, and later its contents, alive, so
 // the process that receives it holds it whatever becomes of the controller.

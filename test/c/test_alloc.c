@@ -1,7 +1,7 @@
-/* Unit tests for the address-range allocator (pool/alloc.c).
+/* Unit tests for the address-range allocator (shim/pool/alloc.c).
  *
  * Build and run:
- *   gcc -O2 -std=c11 -Wall -Wextra -Werror -pthread -Ipool pool/alloc.c \
+ *   gcc -O2 -std=c11 -Wall -Wextra -Werror -pthread -Ishim/pool shim/pool/alloc.c \
  *       test/c/test_alloc.c -o /tmp/test_alloc && /tmp/test_alloc
  *
  * Prints `ok NAME` or `FAIL NAME: file:line: expr` per test, then one line

@@ -1,4 +1,4 @@
-/* The bounce ring (interpose/bounce.c) against the fake libcuda: bytes land
+/* The bounce ring (shim/control/bounce.c) against the fake libcuda: bytes land
  * where they belong in both directions, across spans of odd lengths, empty
  * spans, spans longer than the ring and many short spans that share slots,
  * with a call per span (a driver without batch copies) and a batch per

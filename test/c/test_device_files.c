@@ -1,4 +1,4 @@
-/* Unit tests of letting go of device files (interpose/device_files.c),
+/* Unit tests of letting go of device files (shim/interpose/device_files.c),
  * with files of a temporary directory standing in for /dev/nvidia*: each
  * mapping becomes private zero memory with its protection, each fd a
  * /dev/null one with its close-on-exec flag, other files untouched; also

@@ -1,5 +1,5 @@
 /* Unit tests of faulting host memory in ahead of its first write
- * (interpose/prefault.c): all of it is resident afterwards, no byte
+ * (shim/control/prefault.c): all of it is resident afterwards, no byte
  * changes, and a stop returns with the pieces under way done. */
 #define _GNU_SOURCE
 #include <stdlib.h>

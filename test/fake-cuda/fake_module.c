@@ -1,4 +1,4 @@
-/* Modules, for the one kernel the shim ships (interpose/block_digest.cu):
+/* Modules, for the one kernel the shim ships (shim/control/block_digest.cu):
  * cuModuleLoadData accepts a PTX image that defines gp_block_digest and
  * nothing else this fake could run, and cuModuleGetFunction hands out a
  * host function computing the same digests on the CPU (device memory is
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../interpose/block_digest_fn.h"
+#include "block_digest_fn.h"
 
 struct fake_module {
     int has_digest;

@@ -71,7 +71,9 @@ export async function runReliability(h) {
     if (temps.length) throw failure(`${what}: temporary image directories left: ${temps.join(', ')}`);
   }
   async function start(name, shimFault) {
-    const app = new App(name, 'static_cudart', [], { extraEnv: shimFault ? { GPUCKPT_TEST_DRIVER_FAULT: shimFault } : {} });
+    // The shim's fault injection is in its test build only (shim/testing).
+    const faults = { GPUCKPT_SHIM: path.join(ROOT, 'build', 'test', 'shim', 'libgpuckpt.so'), GPUCKPT_TEST_DRIVER_FAULT: shimFault };
+    const app = new App(name, 'static_cudart', [], { extraEnv: shimFault ? faults : {} });
     const R = (await app.ready()).buffers;
     return { app, R, pid: String(app.pid) };
   }

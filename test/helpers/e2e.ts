@@ -14,6 +14,8 @@ export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const BIN = join(ROOT, 'bin', 'gpuckpt');
 export const TEST_BUILD = join(ROOT, 'build', 'test');
 export const FAKE_LIB = join(TEST_BUILD, 'fake');
+/** The shim with its test-only fault injection (shim/testing): GPUCKPT_SHIM for applications whose driver calls a test fails. */
+export const FAULTS_SHIM = { GPUCKPT_SHIM: join(TEST_BUILD, 'shim', 'libgpuckpt.so') };
 export const APPS = {
   linked: join(TEST_BUILD, 'pool_app_linked'),
   procAddress: join(TEST_BUILD, 'pool_app_dlopen'),

@@ -1,0 +1,505 @@
+// The shim <-> controller protocol: the one table. protocol/generate.mjs
+// makes from it the C header (protocol/gpuckpt_protocol.h), the addon's
+// encode/decode (native/src/protocol_codec.gen.cc) and the TypeScript
+// types (native/protocol.gen.ts); `make check` fails when they differ.
+//
+// Adding a message: a row in MESSAGES (its request and reply structs in
+// ITEMS), its handler in shim/control/handlers.c, and a method in
+// controller/adapters/session.ts that calls it.
+//
+// Fields: [C type, C name, options]. C types: u8 u16 u32 i32 u64, with
+// `len` an array (of `of`, a struct, when given), `flex` a flexible array
+// member. Options for the codec and the TypeScript types:
+//   js       the field's name in JS (default: the C name in camelCase)
+//   as       'number' | 'bigint' | 'bool' | 'string' | 'uuid' | 'buffer' |
+//            'skip' (default: u64 bigint, others number, char arrays string)
+//   group    the JS object the field goes into (several fields, one object)
+//   count    (arrays of structs) the field that says how many are valid
+//   value    (requests) a C expression sent whatever the JS object says
+//   max      (requests, flexible arrays) a limit, and the error beyond it
+//   doc      a comment for the C header (and the TypeScript type)
+
+export const VERSION = 13;
+
+export const INTRO = `The shim <-> controller protocol, generated from protocol/messages.mjs
+by protocol/generate.mjs: do not edit; change the table. Shared by the
+shim (shim/control/) and the node addon (native/).
+
+Transport: a Unix SOCK_SEQPACKET socket at <run dir>/<pid>.sock, mode 0600
+in a 0700 directory owned by the user; the shim also refuses any peer whose
+uid differs from its own (SO_PEERCRED). SEQPACKET keeps message boundaries
+and carries the staging memfds with SCM_RIGHTS.
+
+Every message is one datagram: struct gpck_header, then payload_len bytes.
+A reply carries the request's type | GPCK_REPLY, the same seq, and status 0
+or -errno. Integers are host byte order (both ends run on one host).
+An error reply whose cause was a driver call has GPCK_REPLY_ERROR_TEXT in
+its header's flags and, as its payload, a NUL-terminated text naming the
+call and its CUresult (at most GPCK_ERROR_TEXT_LEN bytes with the NUL).
+Bump VERSION on any layout change; HELLO refuses a mismatch and the version
+is written into every image manifest.`;
+
+/** Request types: [NAME, id, request struct or null, reply struct or null, comment]. */
+export const MESSAGES = [
+  ['HELLO', 1, 'hello_req', 'hello_rep', ''],
+  ['STATUS', 2, null, 'status_rep', ''],
+  ['DEVICES', 3, null, 'devices_rep', ''],
+  ['QUIESCE', 4, 'quiesce_req', 'quiesce_rep', ''],
+  ['RESUME', 5, null, 'resume_rep', ''],
+  ['LIST_ALLOCS', 6, 'list_req', 'list_rep', ''],
+  ['STAGING_MAP', 7, 'staging_req', 'staging_rep', '[+ memfds] both ways (SCM_RIGHTS)'],
+  ['STAGING_UNMAP', 8, null, null, ''],
+  ['COPY_OUT', 9, 'copy_req', 'copy_rep', 'pool -> staging'],
+  ['COPY_IN', 10, 'copy_req', 'copy_rep', 'staging -> pool'],
+  ['SUSPEND_POOL', 11, 'suspend_req', 'pool_rep', "release the pool's memory"],
+  ['REMAP_POOL', 12, null, 'pool_rep', 'map it again, take the gate'],
+  ['DROP_HELD', 13, 'suspend_req', null, 'the held data is saved elsewhere'],
+  ['BLOCK_DIGEST', 14, 'digest_req', 'digest_rep', 'a digest per block of a range'],
+  ['LIVE_WINDOW', 15, 'live_req', null, 'copy and digest while the application runs'],
+  ['PEER_HOLD', 16, 'peer_req', 'peer_rep', "+ fds: copy pool chunks into another GPU's memory"],
+];
+
+/** The header, in order: defines, enums, flags, structs, asserts and the message enum (kind 'messages'). */
+export const ITEMS = [
+  { kind: 'define', name: 'GPCK_PROTOCOL_VERSION', value: `${VERSION}u` },
+  { kind: 'define', name: 'GPCK_MAGIC', value: '0x4b435047u', doc: '"GPCK" little-endian' },
+  { kind: 'define', name: 'GPCK_REPLY', value: '0x8000u' },
+  { kind: 'define', name: 'GPCK_MAX_DEVICES', value: '16u', js: 'maxDevices' },
+  { kind: 'define', name: 'GPCK_MAX_MESSAGE', value: '(128u * 1024u)' },
+  { kind: 'define', name: 'GPCK_MAX_COPY_RANGES', value: '4000u', doc: '125 KiB of ranges: a pool without its zero blocks is many', js: 'maxCopyRanges' },
+  { kind: 'define', name: 'GPCK_MAX_LIST_ENTRIES', value: '4096u', js: 'maxListEntries' },
+  { kind: 'define', name: 'GPCK_NAME_LEN', value: '256u' },
+  { kind: 'define', name: 'GPCK_PATH_LEN', value: '1024u' },
+  { kind: 'define', name: 'GPCK_ERROR_TEXT_LEN', value: '256u' },
+  { kind: 'messages' },
+  {
+    kind: 'struct',
+    name: 'header',
+    fields: [
+      ['u32', 'magic'],
+      ['u16', 'version'],
+      ['u16', 'type'],
+      ['u32', 'seq'],
+      ['i32', 'status', { doc: 'replies: 0 or -errno' }],
+      ['u32', 'payload_len'],
+      ['u32', 'flags', { doc: 'replies: GPCK_REPLY_*; requests: 0' }],
+    ],
+  },
+  { kind: 'flags', ts: 'ReplyFlag', values: [['GPCK_REPLY_ERROR_TEXT', 1]] },
+  { kind: 'struct', name: 'hello_req', fields: [['u32', 'client_version', { value: 'GPCK_PROTOCOL_VERSION' }], ['u32', 'reserved']] },
+  {
+    kind: 'enum',
+    name: 'pool_state',
+    ts: 'PoolState',
+    doc: 'Pool states reported in hello/status.',
+    values: [
+      ['GPCK_POOL_NOT_YET', 0, 'CUDA initialised, no device memory routed yet'],
+      ['GPCK_POOL_ACTIVE', 1, 'the reservation is in place at the fixed base'],
+      ['GPCK_POOL_DISABLED', 2, 'could not reserve at the base: pass-through'],
+      ['GPCK_POOL_SUSPENDED', 3, 'physical memory released, application held'],
+      ['GPCK_POOL_HALF_RESTORED', 4, 'a rollback was cut off midway: the pool holds part of an image, so the application stays held until a rollback (GPCK_QUIESCE_ROLLBACK) completes'],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'hello_rep',
+    ts: 'HelloReply',
+    fields: [
+      ['u32', 'version'],
+      ['i32', 'pid'],
+      ['u32', 'uid'],
+      ['u32', 'device_count'],
+      ['u32', 'pool_state', { doc: 'enum gpck_pool_state' }],
+      ['u32', 'driver_version', { doc: 'cuDriverGetVersion' }],
+      ['u64', 'pool_base'],
+      ['u64', 'slice_size', { doc: 'per device: device d owns [base + d*slice, +slice)' }],
+      ['u64', 'quantum', { doc: 'allocation granularity and alignment' }],
+      ['u64', 'chunk_size', { doc: 'physical mapping unit' }],
+    ],
+  },
+  { kind: 'enum', name: 'gate_state', values: [['GPCK_GATE_OPEN', 0], ['GPCK_GATE_CLOSED', 1]] },
+  {
+    kind: 'struct',
+    name: 'device_usage',
+    ts: 'DeviceUsage',
+    fields: [
+      ['u64', 'bytes_in_use', { doc: 'live pool allocations' }],
+      ['u64', 'bytes_mapped', { doc: 'physical memory backing the pool' }],
+      ['u64', 'allocations', { as: 'number' }],
+      ['u64', 'chunks_in_use', { as: 'number', doc: 'chunks holding live allocations: what a remap maps' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'status_rep',
+    ts: 'StatusReply',
+    fields: [
+      ['u32', 'gate_state', { js: 'gateClosed', as: 'bool', doc: 'enum gpck_gate_state' }],
+      ['u32', 'pool_state', { doc: 'enum gpck_pool_state' }],
+      ['u32', 'device_count', { as: 'skip' }],
+      ['u32', 'reserved'],
+      ['u64', 'outside_managed', { group: 'outsidePool', js: 'managed', doc: 'cuMemAllocManaged' }],
+      ['u64', 'outside_stream_ordered', { group: 'outsidePool', js: 'streamOrdered', doc: 'cuMemAllocAsync / FromPoolAsync' }],
+      ['u64', 'outside_host', { group: 'outsidePool', js: 'host', doc: 'cuMemAllocHost / cuMemHostAlloc' }],
+      ['u64', 'outside_unrouted', { group: 'outsidePool', js: 'unrouted', doc: 'device memory the pool could not serve' }],
+      ['u64', 'gated_calls', { doc: 'driver calls that passed the gate' }],
+      ['device_usage', 'devices', { len: 'GPCK_MAX_DEVICES', count: 'device_count' }],
+      ['char', 'held_image', { len: 'GPCK_PATH_LEN', doc: "while suspended: where the pool's data is" }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'device_info',
+    ts: 'DeviceInfo',
+    fields: [
+      ['i32', 'ordinal'],
+      ['i32', 'cc_major'],
+      ['i32', 'cc_minor'],
+      ['u32', 'reserved'],
+      ['u64', 'total_memory'],
+      ['u8', 'uuid', { len: '16', as: 'uuid' }],
+      ['char', 'name', { len: 'GPCK_NAME_LEN' }],
+    ],
+  },
+  { kind: 'struct', name: 'devices_rep', fields: [['u32', 'count', { as: 'skip' }], ['u32', 'reserved'], ['device_info', 'devices', { len: 'GPCK_MAX_DEVICES', count: 'count' }]] },
+  {
+    kind: 'flags',
+    ts: 'QuiesceFlag',
+    doc: `GPCK_QUIESCE_ROLLBACK: the pause is for writing an image back into the
+running pool (restore --into). Only such a pause may COPY_IN into a
+running process, and only it may take a half-restored one. From its
+first COPY_IN until one with GPCK_COPY_COMPLETES succeeds, the pool
+holds a mix of the image and what was there: a controller lost then (or
+a RESUME) leaves the application held (GPCK_POOL_HALF_RESTORED) rather
+than running on the mix; lost after it, the application runs on.`,
+    values: [['GPCK_QUIESCE_ROLLBACK', 1]],
+  },
+  {
+    kind: 'struct',
+    name: 'quiesce_req',
+    fields: [
+      [
+        'u32',
+        'lease_ms',
+        {
+          doc: `If the controller sends nothing for this long while the gate is
+closed, the shim reopens it: a hung controller cannot stall the app
+for ever. A controller that dies closes the socket, which reopens the
+gate at once. 0 = the default (GPCK_DEFAULT_LEASE_MS).`,
+        },
+      ],
+      ['u32', 'flags', { doc: 'GPCK_QUIESCE_*' }],
+    ],
+  },
+  { kind: 'define', name: 'GPCK_DEFAULT_LEASE_MS', value: '30000u' },
+  { kind: 'struct', name: 'quiesce_rep', fields: [['u64', 'drain_ns', { as: 'number', doc: 'waiting for calls in flight' }], ['u64', 'sync_ns', { as: 'number', doc: 'synchronising every context' }]] },
+  { kind: 'struct', name: 'resume_rep', fields: [['u64', 'closed_ns', { as: 'number', doc: 'how long the gate was closed' }]] },
+  {
+    kind: 'struct',
+    name: 'list_req',
+    fields: [
+      ['u64', 'start_addr', { js: 'start', doc: 'first address to list (resume point)' }],
+      ['u32', 'max_entries', { js: 'max', doc: '<= GPCK_MAX_LIST_ENTRIES' }],
+      ['u32', 'reserved'],
+    ],
+  },
+  { kind: 'struct', name: 'alloc_entry', ts: 'AllocEntry', fields: [['u32', 'device'], ['u32', 'reserved'], ['u64', 'addr'], ['u64', 'size']] },
+  {
+    kind: 'struct',
+    name: 'list_rep',
+    fields: [
+      ['u32', 'count', { as: 'skip' }],
+      ['u32', 'more', { as: 'bool', doc: '1: call again from next_addr' }],
+      ['u64', 'next_addr', { js: 'next' }],
+      ['alloc_entry', 'entries', { flex: true, count: 'count', doc: 'count entries' }],
+    ],
+  },
+  {
+    kind: 'flags',
+    ts: 'StagingFlag',
+    doc: `GPCK_STAGING_HELD: pin again the staging memory a suspend kept (size is
+ignored; the reply gives it). -ENOENT when none is held.
+GPCK_STAGING_PRIVATE: memory only the shim sees (no memfd is sent), for
+data that goes back to the GPU without the controller reading it; it
+gets huge pages, so it is had several times faster.
+GPCK_STAGING_READY: reply only once every byte is faulted in and
+pinned. Without it the memory is prepared in the background and each
+copy waits for the pieces it uses: that overlaps preparation with the
+DMA (suspend, resume), but puts it inside the application's pause (a
+live checkpoint wants the pause to be the DMA alone).
+GPCK_STAGING_GIVEN: the controller made the memfds (and may have filled
+them already: a restore decompresses while CRIU brings the process back,
+before there is a shim to ask) and sends them with the request, files of
+file_bytes each (the last one up to size), laid end to end. Each must be a
+regular file sealed against shrinking (F_SEAL_SHRINK: a file cut short
+under the mapping would fault the application) and as large as its part.
+The shim maps and closes them, and prepares them as its own memfds; the
+reply passes none back. An application out of fds gets -EMFILE, its
+connection kept: the controller then asks for staging the shim makes.
+GPCK_STAGING_UNPINNED, with GPCK_STAGING_GIVEN: the files hold their data
+already (a restore decompressed it while CRIU ran), so pinning them could
+no longer overlap anything: copies go through the bounce ring (bounce.h)
+instead, nothing of the files is pinned. Without it the files are pinned
+in the background while the controller fills them, and the DMA runs
+straight from them at the link's speed (a rollback's pause).`,
+    values: [
+      ['GPCK_STAGING_HELD', 1],
+      ['GPCK_STAGING_PRIVATE', 2],
+      ['GPCK_STAGING_READY', 4],
+      ['GPCK_STAGING_GIVEN', 8],
+      ['GPCK_STAGING_UNPINNED', 16],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'staging_req',
+    fields: [
+      ['u64', 'size'],
+      ['u32', 'flags', { doc: 'GPCK_STAGING_*' }],
+      ['u32', 'files', { doc: 'GPCK_STAGING_GIVEN: memfds sent with it; else 0' }],
+      ['u64', 'file_bytes', { doc: 'GPCK_STAGING_GIVEN: bytes of each but the last; else 0' }],
+    ],
+  },
+  {
+    kind: 'define',
+    name: 'GPCK_MAX_STAGING_FILES',
+    value: '250u',
+    js: 'maxStagingFiles',
+    doc: `Shared staging is several memfds laid end to end, file_bytes each (the
+last one shorter), passed in this order: the kernel faults in pages of
+one memfd one thread at a time (16 GiB: 2.7 s from 8, 16 or 32 threads,
+and 0.46 s as 32 memfds from 32 threads, on an H200 host).
+SCM_RIGHTS carries at most 253 fds.`,
+  },
+  {
+    kind: 'struct',
+    name: 'staging_rep',
+    fields: [
+      ['u64', 'size'],
+      ['u64', 'register_ns', { as: 'number', doc: 'time to answer: the memory is faulted in and pinned in the background after, and each copy waits for what it uses' }],
+      ['u64', 'file_bytes', { doc: 'bytes of each memfd but the last; 0: no memfd passed' }],
+      ['u32', 'files', { doc: 'memfds passed with the reply' }],
+      ['u32', 'reserved'],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'copy_range',
+    ts: 'CopyRange',
+    fields: [
+      ['u32', 'device'],
+      ['u32', 'reserved'],
+      ['u64', 'addr', { doc: 'pool address: must lie inside one live allocation' }],
+      ['u64', 'length', { as: 'number' }],
+      ['u64', 'staging_offset', { as: 'number', doc: 'must lie inside the mapped staging memory' }],
+    ],
+  },
+  {
+    kind: 'flags',
+    ts: 'CopyFlag',
+    doc: `GPCK_COPY_COMPLETES (COPY_IN): with this request the image's data is all
+in the pool, so a controller lost afterwards no longer leaves the
+application held (rollback) or released again (resume).
+GPCK_COPY_ZEROS (COPY_IN only): the ranges are set to zero on the GPU
+(at HBM speed) instead of copied: the blocks an image or a suspend found
+all zeros (BLOCK_DIGEST 0) never cross the link. Nothing of staging is
+read, none need be mapped, and each range's staging_offset must be 0;
+the ranges are checked as any copy in's.
+GPCK_COPY_FROM_MIRROR (COPY_OUT only): the ranges are read from the
+memory a GPCK_PEER_MIRROR mapped (the pool as it was at the last peer
+hold) instead of from the pool: each range, in pool addresses, must lie
+inside chunks the mirror maps. Allowed while the application runs,
+without the gate: nothing writes that memory.`,
+    values: [
+      ['GPCK_COPY_COMPLETES', 1],
+      ['GPCK_COPY_ZEROS', 2],
+      ['GPCK_COPY_FROM_MIRROR', 4],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'copy_req',
+    fields: [
+      ['u32', 'count', { doc: '<= GPCK_MAX_COPY_RANGES' }],
+      ['u32', 'flags', { doc: 'GPCK_COPY_*' }],
+      ['copy_range', 'ranges', { flex: true, count: 'count', max: ['GPCK_MAX_COPY_RANGES', 'too many ranges in one copy'] }],
+    ],
+  },
+  { kind: 'struct', name: 'copy_rep', fields: [['u64', 'bytes', { as: 'number' }], ['u64', 'ns', { as: 'number' }]] },
+  {
+    kind: 'define',
+    name: 'GPCK_MAX_DIGESTS',
+    value: '16000u',
+    js: 'maxDigests',
+    doc: `Block digests (the shim's PTX kernel, shim/control/block_digest.cu) of up
+to GPCK_MAX_DIGEST_RANGES ranges of one device, each 8-byte aligned and
+inside one live allocation, while the sender holds the gate: for each
+range in order, digests for [addr + i*block_size, min(addr + (i+1) *
+block_size, addr + length)); 0 means all zeros. block_size: a multiple of
+GPCK_MIN_DIGEST_BLOCK; at most GPCK_MAX_DIGESTS blocks in all. count 0
+only loads the kernel (the driver compiles the PTX the first time), so
+that this is not inside a pause; it needs no gate, only a process the
+driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
+not load or run the kernel.`,
+  },
+  { kind: 'define', name: 'GPCK_MAX_DIGEST_RANGES', value: '1024u', js: 'maxDigestRanges' },
+  { kind: 'define', name: 'GPCK_MIN_DIGEST_BLOCK', value: '4096u' },
+  { kind: 'struct', name: 'digest_range', fields: [['u64', 'addr'], ['u64', 'length']] },
+  {
+    kind: 'struct',
+    name: 'digest_req',
+    fields: [
+      ['u32', 'device'],
+      ['u32', 'count', { doc: '<= GPCK_MAX_DIGEST_RANGES' }],
+      ['u64', 'block_size'],
+      ['digest_range', 'ranges', { flex: true, count: 'count', max: ['GPCK_MAX_DIGEST_RANGES', 'too many ranges in one digest request'] }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'digest_rep',
+    fields: [
+      ['u64', 'blocks', { as: 'skip' }],
+      ['u64', 'ns', { as: 'number' }],
+      ['u64', 'digests', { flex: true, count: 'blocks', as: 'buffer', max: ['GPCK_MAX_DIGESTS'], doc: '8 bytes LE per block' }],
+    ],
+  },
+  {
+    kind: 'assert',
+    doc: 'A full digest reply, and a full copy request, fit in one message (with the header).',
+    checks: [
+      ['sizeof(struct gpck_header) + sizeof(struct gpck_digest_rep) + GPCK_MAX_DIGESTS * sizeof(uint64_t) <= GPCK_MAX_MESSAGE', 'GPCK_MAX_DIGESTS does not fit a message'],
+      ['sizeof(struct gpck_header) + sizeof(struct gpck_copy_req) + GPCK_MAX_COPY_RANGES * sizeof(struct gpck_copy_range) <= GPCK_MAX_MESSAGE', 'GPCK_MAX_COPY_RANGES does not fit a message'],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'live_req',
+    doc: `Live window (checkpoint --live): while the sender's window is open,
+COPY_OUT and BLOCK_DIGEST need no gate. Their ranges then need only lie
+in mapped pool memory, because the application may free what is being read.
+So the pool keeps every chunk mapped until the last window closes: a
+freed chunk is unmapped at that point. The copies and digests are then
+not consistent: the controller compares digests to find the blocks that
+changed and copies those again. The final copy is made while it holds the
+gate. Open needs a running pool (-EPERM otherwise). While any window is
+open, SUSPEND_POOL is refused with -EBUSY. Closing the socket closes the
+window.`,
+    fields: [
+      ['u32', 'open', { as: 'bool', doc: '1: open, 0: close' }],
+      ['u32', 'reserved'],
+    ],
+  },
+  {
+    kind: 'flags',
+    ts: 'SuspendFlag',
+    doc: `Suspend: the sender holds the gate and has saved the pool's data (at
+image, or in the staging memory with GPCK_SUSPEND_HOLD_STAGING). The
+shim releases every chunk's physical memory but keeps the reservation and
+every allocation, and keeps the application held: the gate stays closed
+across disconnects until a REMAP_POOL and a RESUME.
+GPCK_SUSPEND_HOLD_STAGING: the sender's staging memory holds the data;
+the shim unpins and unmaps it but keeps its memfd, so the data lives as
+long as the application, until GPCK_DROP_HELD or the RESUME.
+GPCK_DROP_HELD: while suspended, the data now lies at image (or with
+the sender); the held memory, or the held fds of a peer hold, are freed.
+GPCK_SUSPEND_HOLD_PEER: GPCK_PEER_HOLD requests put every chunk in use
+into memory on other GPUs; the shim keeps their fds (only the fds, so the
+driver's checkpoint sees none of it), and the next REMAP_POOL maps that
+memory at the chunks' addresses, or copies it there when it lies on
+another GPU than the chunk's. -EINVAL (nothing released) while any chunk
+in use is not held.`,
+    values: [
+      ['GPCK_SUSPEND_HOLD_STAGING', 1],
+      ['GPCK_SUSPEND_HOLD_PEER', 2],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'suspend_req',
+    fields: [
+      ['u32', 'flags', { doc: 'GPCK_SUSPEND_*' }],
+      ['u32', 'reserved'],
+      ['char', 'image', { len: 'GPCK_PATH_LEN', max: ['GPCK_PATH_LEN', 'image path too long'] }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'pool_rep',
+    doc: `Remap: physical memory for every chunk holding live allocations, on the
+same device ordinals (after a driver restore onto other GPUs, those
+ordinals are the new GPUs). The sender then holds the gate, to copy the
+data in and RESUME; after GPCK_SUSPEND_HOLD_PEER the data is in place
+already, and the sender only RESUMEs. -ENOMEM: the GPU lacks the memory; the pool stays
+released and the application held.`,
+    fields: [
+      ['u64', 'bytes', { as: 'number' }],
+      ['u64', 'ns', { as: 'number' }],
+      ['u64', 'bytes_copied', { as: 'number', doc: "remap from peer memory on another GPU than the chunk's" }],
+    ],
+  },
+  {
+    kind: 'flags',
+    ts: 'PeerFlag',
+    doc: `Peer hold (a migrate through NVLink): the controller allocates memory of
+chunk_size bytes per chunk on the GPU the process moves to and sends one
+exported POSIX fd (cuMemExportToShareableHandle) per chunk. The shim
+imports them, copies chunks [first, first + count) of device's chunks in
+use (address order, GPCK_STATUS counts them) into them device to device,
+drops its imports and keeps the fds. Sent by the gate's holder while the
+pool runs, in order from first 0 (which starts over); the fds are the
+request's (at most GPCK_MAX_STAGING_FILES). Sent without fds first, it
+makes room for them: the application's soft RLIMIT_NOFILE is raised up
+to its hard limit if the fds of every chunk in use would not fit (and
+put back once they are closed); -EMFILE when even the hard limit is too
+low, and the controller goes through host memory. A hold that fails in the
+shim's copy or its checks drops every held fd (refused before that,
+nothing changes: -EPROTO, -EPERM without the gate, -EBUSY with a live
+window open, -EMFILE when the fds did not fit); the pool is untouched
+either way. A RESUME, a SUSPEND_POOL without GPCK_SUSPEND_HOLD_PEER, or
+the holder leaving drops them too.
+GPCK_PEER_INTO_POOL: the other way, for a pool remapped after a
+suspend whose peer hold was dropped (GPCK_DROP_HELD) while the sender
+kept its own copies of the fds (checkpoint --leave-running: CRIU cannot
+dump a process holding them). Sent by the holder of the gate after
+REMAP_POOL: copies the memory behind fds into chunks [first, first +
+count) of the last hold's chunks (the same addresses the pool has again;
+-ESTALE otherwise), and keeps no fd. With GPCK_PEER_COMPLETES the data is
+all in, as with GPCK_COPY_COMPLETES.
+GPCK_PEER_MIRROR: maps the memory behind fds, read only for the shim's
+copies out (GPCK_COPY_FROM_MIRROR), at the relative places the last
+hold's chunks [first, first + count) had; keeps no fd (the mappings keep
+the memory). Any time the pool runs, no gate needed; first 0 starts a new
+mirror. The mirror goes when its sender leaves, or at the next hold.
+GPCK_PEER_ADOPT: while suspended with no hold (after GPCK_DROP_HELD), the
+shim takes the fds back as the hold of the last hold's chunks [first,
+first + count), without copying: the sender could not copy them back in
+and leaves the process suspended with its data on the GPU, for the next
+REMAP_POOL to map. In order from first 0; sent without fds first, it makes
+room for them as a hold does. -EBUSY unless suspended.`,
+    values: [
+      ['GPCK_PEER_INTO_POOL', 1],
+      ['GPCK_PEER_COMPLETES', 2],
+      ['GPCK_PEER_MIRROR', 4],
+      ['GPCK_PEER_ADOPT', 8],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'peer_req',
+    fields: [
+      ['u32', 'device', { doc: "the pool's device ordinal (slice)" }],
+      ['u32', 'flags', { doc: '0: hold (above); GPCK_PEER_INTO_POOL, GPCK_PEER_MIRROR or GPCK_PEER_ADOPT' }],
+      ['u64', 'first', { as: 'number' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'peer_rep',
+    fields: [
+      ['u64', 'bytes', { as: 'number', doc: 'copied by this request' }],
+      ['u64', 'ns', { as: 'number' }],
+      ['u64', 'chunks_held', { as: 'number', doc: 'of device, so far' }],
+    ],
+  },
+];

@@ -1,0 +1,104 @@
+#define _GNU_SOURCE
+#include "block_digest.h"
+
+#include <errno.h>
+#include <stdbool.h>
+
+#include "../interpose/contexts.h"
+#include "../interpose/driver_error.h"
+#include "../interpose/log.h"
+#include "../interpose/real_driver.h"
+#include "block_digest.ptx.h"
+
+/* Loaded into each device's primary context on first use; it stays for the
+ * life of the context, across driver checkpoints. A driver that refused it
+ * (an older driver than the PTX's ISA, 9.0: R580) is not asked again, so a
+ * checkpoint's pause never pays for a failing compile twice. Used from the
+ * control thread only. */
+static CUfunction kernels[GPCK_MAX_DEVICES];
+static bool refused[GPCK_MAX_DEVICES];
+/* Where the kernel writes its digests: GPCK_MAX_DIGESTS of them, allocated
+ * once per device, outside the pool on purpose (it must not show up in
+ * the application's allocations or in the image). Allocating and freeing
+ * per request would synchronise with the running application. */
+static CUdeviceptr scratch[GPCK_MAX_DEVICES];
+
+#define THREADS 512u
+
+int gp_block_digest_load(int device, CUresult *cu_err)
+{
+    if (device < 0 || device >= (int)GPCK_MAX_DEVICES)
+        return -EINVAL;
+    if (kernels[device])
+        return 0;
+    if (refused[device] || !GP_HAS_REAL(cuModuleLoadData) || !GP_HAS_REAL(cuLaunchKernel))
+        return -ENOSYS;
+    int err = gp_contexts_use_primary(device, cu_err);
+    if (err)
+        return err;
+    CUmodule module;
+    CUresult r = GP_CALL(cuModuleLoadData, &module, gp_block_digest_ptx);
+    if (r == CUDA_SUCCESS) {
+        r = GP_CALL(cuModuleGetFunction, &kernels[device], module, "gp_block_digest");
+        if (r != CUDA_SUCCESS && GP_HAS_REAL(cuModuleUnload))
+            GP_REAL(cuModuleUnload)(module);
+    }
+    if (r != CUDA_SUCCESS) {
+        kernels[device] = NULL;
+        refused[device] = true;
+        *cu_err = r;
+        GP_WARN("digest", "device %d: the driver will not load the digest kernel (CUresult %d): no incremental images",
+                device, (int)r);
+        return -ENOSYS;
+    }
+    return 0;
+}
+
+int gp_block_digest(int device, CUstream stream, const struct gpck_digest_range *ranges, uint32_t count,
+                    uint64_t block_size, uint64_t *digests, CUresult *cu_err)
+{
+    if (!block_size || block_size % 8)
+        return -EINVAL;
+    int err = gp_block_digest_load(device, cu_err);
+    if (err)
+        return err;
+    err = gp_contexts_use_primary(device, cu_err);
+    if (err)
+        return err;
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < count; i++)
+        blocks += (ranges[i].length + block_size - 1) / block_size;
+    if (blocks > GPCK_MAX_DIGESTS)
+        return -EINVAL;
+    CUresult r = CUDA_SUCCESS;
+    if (!scratch[device]) {
+        r = GP_CALL(cuMemAlloc_v2, &scratch[device], GPCK_MAX_DIGESTS * sizeof(uint64_t));
+        if (r != CUDA_SUCCESS) {
+            scratch[device] = 0;
+            *cu_err = r;
+            return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+        }
+    }
+    /* One launch per range on the shim's own non-blocking stream (a live
+     * checkpoint's digests must not wait for the running application's
+     * work, nor hold it up), in order; one copy back. */
+    unsigned long long block_words = block_size / 8;
+    CUdeviceptr at = scratch[device];
+    for (uint32_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        unsigned long long range_addr = ranges[i].addr, nbytes = ranges[i].length, dst = at;
+        void *params[] = { &range_addr, &nbytes, &block_words, &dst };
+        unsigned grid = (unsigned)((nbytes + block_size - 1) / block_size);
+        r = GP_CALL(cuLaunchKernel, kernels[device], grid, 1, 1, THREADS, 1, 1, 0, stream, params, NULL);
+        at += grid * sizeof(uint64_t);
+    }
+    if (r == CUDA_SUCCESS)
+        r = GP_CALL(cuMemcpyDtoHAsync_v2, digests, scratch[device], blocks * sizeof(uint64_t), stream);
+    if (r == CUDA_SUCCESS)
+        r = GP_CALL(cuStreamSynchronize, stream);
+    if (r != CUDA_SUCCESS) {
+        *cu_err = r;
+        GP_ERROR("digest", "device %d: digests of %u ranges failed (CUresult %d)", device, count, (int)r);
+        return -EIO;
+    }
+    return 0;
+}

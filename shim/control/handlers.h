@@ -1,0 +1,51 @@
+/* Handlers of the control protocol's requests, one per message type. The
+ * server (server.c) owns sockets and framing; these own semantics. */
+#ifndef GPUCKPT_CONTROL_HANDLERS_H
+#define GPUCKPT_CONTROL_HANDLERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpuckpt_protocol.h"
+#include "staging.h"
+
+struct gp_client {
+    int fd;
+    bool holds_gate;          /* this client quiesced the application */
+    bool rollback;            /* ... to write an image back (GPCK_QUIESCE_ROLLBACK) */
+    bool live;                /* its live window is open (GPCK_LIVE_WINDOW) */
+    uint32_t lease_ms;        /* reopen the gate after this much silence */
+    uint64_t last_message_ns;
+    struct gp_staging staging;
+};
+
+/* Fds a reply passes (SCM_RIGHTS), owned by the handler's side. */
+struct gp_fds {
+    const int *fds;
+    uint32_t count;
+};
+
+/* Fds a request brought (SCM_RIGHTS). A handler that takes them (and so
+ * closes them) sets count to 0; the server closes what is left. */
+struct gp_fds_in {
+    int *fds;
+    uint32_t count;
+};
+
+/* Handles one request. payload has h->payload_len bytes; the reply payload
+ * goes to reply (GPCK_MAX_MESSAGE bytes) with its length in *reply_len;
+ * the fds in *send (none by default) go along with it. Returns the reply's
+ * status: 0 or -errno. */
+int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
+                      uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send);
+/* The fds of a reply were sent: the handler's side closes them. */
+void gp_client_fds_sent(struct gp_client *c);
+/* The client went away or its lease expired: reopen the gate if it held it,
+ * drop its staging memory. */
+void gp_client_release(struct gp_client *c);
+/* Reopens the gate if c holds it, logging why. */
+void gp_client_drop_gate(struct gp_client *c, const char *why);
+/* True if any client holds the gate closed. */
+bool gp_gate_held(void);
+
+#endif
