@@ -3,6 +3,7 @@
 //   protocol/gpuckpt_protocol.h          the C header (shim and addon)
 //   native/src/protocol_codec.gen.cc     the addon's encode and decode (JS <-> structs)
 //   native/protocol.gen.ts               the TypeScript types and constants
+//   shim/control/messages.gen.h          the messages the shim serves, for its dispatch
 // Usage: node protocol/generate.mjs [--check]
 //   --check  exit 1 if a committed file differs from what the table gives.
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -15,6 +16,7 @@ const OUT = {
   header: join(root, 'protocol', 'gpuckpt_protocol.h'),
   codec: join(root, 'native', 'src', 'protocol_codec.gen.cc'),
   ts: join(root, 'native', 'protocol.gen.ts'),
+  dispatch: join(root, 'shim', 'control', 'messages.gen.h'),
 };
 
 const structs = new Map(ITEMS.filter((i) => i.kind === 'struct').map((s) => [s.name, s]));
@@ -285,12 +287,26 @@ function typescript() {
   return out.join('\n');
 }
 
+// ------------------------------------------------------------ shim dispatch --
+
+function dispatch() {
+  const out = [
+    `/* ${GEN_NOTE}`,
+    ' * Every message the shim serves, for its dispatch (handlers.c):',
+    ' * GP_MESSAGE(NAME, handler suffix, reply size preset, takes fds). */',
+  ];
+  for (const [name, , , rep, , o = {}] of MESSAGES)
+    out.push(`GP_MESSAGE(${name}, ${name.toLowerCase()}, ${rep ? `sizeof(struct gpck_${rep})` : '0'}, ${o.fds ? 1 : 0})`);
+  return out.join('\n') + '\n';
+}
+
 // ---------------------------------------------------------------------- main --
 
 const files = [
   [OUT.header, header()],
   [OUT.codec, codec()],
   [OUT.ts, typescript()],
+  [OUT.dispatch, dispatch()],
 ];
 if (process.argv.includes('--check')) {
   const stale = files.filter(([p, text]) => {

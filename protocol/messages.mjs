@@ -4,8 +4,9 @@
 // types (native/protocol.gen.ts); `make check` fails when they differ.
 //
 // Adding a message: a row in MESSAGES (its request and reply structs in
-// ITEMS), its handler in shim/control/handlers.c, and a method in
-// controller/adapters/session.ts that calls it.
+// ITEMS) and its handler, handle_<name> in shim/control/handlers.c; the
+// controller calls it by name (ShimSession's request, typed from the
+// table), in a method of its own where it wants one.
 //
 // Fields: [C type, C name, options]. C types: u8 u16 u32 i32 u64, with
 // `len` an array (of `of`, a struct, when given), `flex` a flexible array
@@ -39,7 +40,9 @@ call and its CUresult (at most GPCK_ERROR_TEXT_LEN bytes with the NUL).
 Bump VERSION on any layout change; HELLO refuses a mismatch and the version
 is written into every image manifest.`;
 
-/** Request types: [NAME, id, request struct or null, reply struct or null, comment]. */
+/** Request types: [NAME, id, request struct or null, reply struct or null, comment, options];
+ * options.fds: the request may bring fds (SCM_RIGHTS). The shim serves NAME
+ * with handle_<name> in shim/control/handlers.c (messages.gen.h lists them). */
 export const MESSAGES = [
   ['HELLO', 1, 'hello_req', 'hello_rep', ''],
   ['STATUS', 2, null, 'status_rep', ''],
@@ -47,7 +50,7 @@ export const MESSAGES = [
   ['QUIESCE', 4, 'quiesce_req', 'quiesce_rep', ''],
   ['RESUME', 5, null, 'resume_rep', ''],
   ['LIST_ALLOCS', 6, 'list_req', 'list_rep', ''],
-  ['STAGING_MAP', 7, 'staging_req', 'staging_rep', '[+ memfds] both ways (SCM_RIGHTS)'],
+  ['STAGING_MAP', 7, 'staging_req', 'staging_rep', '[+ memfds] both ways (SCM_RIGHTS)', { fds: true }],
   ['STAGING_UNMAP', 8, null, null, ''],
   ['COPY_OUT', 9, 'copy_req', 'copy_rep', 'pool -> staging'],
   ['COPY_IN', 10, 'copy_req', 'copy_rep', 'staging -> pool'],
@@ -56,7 +59,7 @@ export const MESSAGES = [
   ['DROP_HELD', 13, 'suspend_req', null, 'the held data is saved elsewhere'],
   ['BLOCK_DIGEST', 14, 'digest_req', 'digest_rep', 'a digest per block of a range'],
   ['LIVE_WINDOW', 15, 'live_req', null, 'copy and digest while the application runs'],
-  ['PEER_HOLD', 16, 'peer_req', 'peer_rep', "+ fds: copy pool chunks into another GPU's memory"],
+  ['PEER_HOLD', 16, 'peer_req', 'peer_rep', "+ fds: copy pool chunks into another GPU's memory", { fds: true }],
 ];
 
 /** The header, in order: defines, enums, flags, structs, asserts and the message enum (kind 'messages'). */

@@ -95,8 +95,11 @@ static uint64_t run_again(struct gp_client *c)
     return ns;
 }
 
-static int handle_hello(const void *payload, uint32_t len, struct gpck_hello_rep *rep)
+static int handle_hello(struct gp_request *r)
 {
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gpck_hello_rep *rep = r->reply;
     struct gp_shim_info info;
     gp_shim_info(&info);
     const struct gp_config *cfg = gp_shim_config();
@@ -118,8 +121,9 @@ static int handle_hello(const void *payload, uint32_t len, struct gpck_hello_rep
     return req->client_version == GPCK_PROTOCOL_VERSION ? 0 : -EPROTONOSUPPORT;
 }
 
-static void handle_status(struct gpck_status_rep *rep)
+static int handle_status(struct gp_request *r)
 {
+    struct gpck_status_rep *rep = r->reply;
     struct gp_shim_info info;
     gp_shim_info(&info);
     memset(rep, 0, sizeof(*rep));
@@ -138,10 +142,12 @@ static void handle_status(struct gpck_status_rep *rep)
         rep->devices[d] = (struct gpck_device_usage){ u.bytes_in_use, u.bytes_mapped, u.allocations,
                                                      gp_pool_chunks_in_use(d, NULL, 0) };
     }
+    return 0;
 }
 
-static int handle_devices(struct gpck_devices_rep *rep)
+static int handle_devices(struct gp_request *r)
 {
+    struct gpck_devices_rep *rep = r->reply;
     struct gp_shim_info info;
     gp_shim_info(&info);
     memset(rep, 0, sizeof(*rep));
@@ -169,8 +175,12 @@ static int handle_devices(struct gpck_devices_rep *rep)
 /* Closing the gate stops new calls; draining waits for those in flight;
  * synchronising every context waits for the work they queued. After that
  * device memory holds still until the gate reopens. */
-static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len, struct gpck_quiesce_rep *rep)
+static int handle_quiesce(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gpck_quiesce_rep *rep = r->reply;
     if (len != sizeof(struct gpck_quiesce_req))
         return -EPROTO;
     const struct gpck_quiesce_req *req = payload;
@@ -208,8 +218,10 @@ static int handle_quiesce(struct gp_client *c, const void *payload, uint32_t len
     return 0;
 }
 
-static int handle_resume(struct gp_client *c, struct gpck_resume_rep *rep)
+static int handle_resume(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    struct gpck_resume_rep *rep = r->reply;
     if (gate_holder != c)
         return -EPERM;
     /* Never onto a pool that holds part of an image. */
@@ -233,8 +245,12 @@ static int read_suspend_req(const void *payload, uint32_t len, const struct gpck
     return 0;
 }
 
-static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len, struct gpck_pool_rep *rep)
+static int handle_suspend_pool(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gpck_pool_rep *rep = r->reply;
     const struct gpck_suspend_req *req;
     int err = read_suspend_req(payload, len, &req);
     if (err)
@@ -283,8 +299,10 @@ static int handle_suspend(struct gp_client *c, const void *payload, uint32_t len
     return err;
 }
 
-static int handle_drop_held(const void *payload, uint32_t len)
+static int handle_drop_held(struct gp_request *r)
 {
+    const void *payload = r->payload;
+    uint32_t len = r->len;
     const struct gpck_suspend_req *req;
     int err = read_suspend_req(payload, len, &req);
     if (err)
@@ -299,8 +317,10 @@ static int handle_drop_held(const void *payload, uint32_t len)
     return 0;
 }
 
-static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
+static int handle_remap_pool(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    struct gpck_pool_rep *rep = r->reply;
     if (suspension != SUSPENDED)
         return suspension == RESTORING ? -EBUSY : -EINVAL;
     *rep = (struct gpck_pool_rep){ 0 };
@@ -325,8 +345,12 @@ static int handle_remap(struct gp_client *c, struct gpck_pool_rep *rep)
     return 0;
 }
 
-static int handle_list(const void *payload, uint32_t len, void *reply, uint32_t *reply_len)
+static int handle_list_allocs(struct gp_request *r)
 {
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    void *reply = r->reply;
+    uint32_t *reply_len = &r->reply_len;
     if (len != sizeof(struct gpck_list_req))
         return -EPROTO;
     const struct gpck_list_req *req = payload;
@@ -384,9 +408,14 @@ static int map_staging(struct gp_client *c, const struct gpck_staging_req *req, 
     return gp_staging_create(req->size, req->flags & GPCK_STAGING_PRIVATE, device, &c->staging);
 }
 
-static int handle_staging_map(struct gp_client *c, const void *payload, uint32_t len, struct gp_fds_in *given,
-                              struct gpck_staging_rep *rep, struct gp_fds *send)
+static int handle_staging_map(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gp_fds_in *given = r->given;
+    struct gpck_staging_rep *rep = r->reply;
+    struct gp_fds *send = &r->send;
     if (len != sizeof(struct gpck_staging_req))
         return -EPROTO;
     const struct gpck_staging_req *req = payload;
@@ -561,9 +590,13 @@ static int copy_bounced(struct gp_client *c, bool to_host, const struct gpck_cop
     return gp_bounce_copy(c->staging.bounce, to_host, spans, req->count);
 }
 
-static int handle_copy(struct gp_client *c, bool to_host, const void *payload, uint32_t len,
-                       struct gpck_copy_rep *rep)
+static int copy_between(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    bool to_host = r->type == GPCK_COPY_OUT;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gpck_copy_rep *rep = r->reply;
     const struct gpck_copy_req *req = payload;
     if (len < sizeof(*req) || req->count > GPCK_MAX_COPY_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_copy_range))
@@ -616,15 +649,35 @@ static int handle_copy(struct gp_client *c, bool to_host, const void *payload, u
     return err;
 }
 
+static int handle_copy_out(struct gp_request *r)
+{
+    return copy_between(r);
+}
+
+static int handle_copy_in(struct gp_request *r)
+{
+    return copy_between(r);
+}
+
+static int handle_staging_unmap(struct gp_request *r)
+{
+    gp_staging_destroy(&r->client->staging);
+    return 0;
+}
+
 /* Digests are only meaningful while the application is held still, and
  * only of memory inside live allocations (the kernel reads nothing else),
  * of a pool in place (running, or being rolled back: what a rollback wrote
  * can be checked);
  * loading the kernel (count 0) needs a process the driver has not frozen
  * (a call into a checkpointed process would block the control thread). */
-static int handle_digest(struct gp_client *c, const void *payload, uint32_t len, struct gpck_digest_rep *rep,
-                         uint32_t *reply_len)
+static int handle_block_digest(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gpck_digest_rep *rep = r->reply;
+    uint32_t *reply_len = &r->reply_len;
     const struct gpck_digest_req *req = payload;
     if (len < sizeof(*req) || req->count > GPCK_MAX_DIGEST_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_digest_range))
@@ -680,8 +733,11 @@ static void close_live_window(struct gp_client *c)
     gp_pool_keep_mapped(false);
 }
 
-static int handle_live_window(struct gp_client *c, const void *payload, uint32_t len)
+static int handle_live_window(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
     const struct gpck_live_req *req = payload;
     if (len != sizeof(*req) || req->open > 1 || req->reserved)
         return -EPROTO;
@@ -747,9 +803,13 @@ static int peer_adopt(const struct gpck_peer_req *req, struct gp_fds_in *given, 
     return err;
 }
 
-static int handle_peer_hold(struct gp_client *c, const void *payload, uint32_t len, struct gp_fds_in *given,
-                            struct gpck_peer_rep *rep)
+static int handle_peer_hold(struct gp_request *r)
 {
+    struct gp_client *c = r->client;
+    const void *payload = r->payload;
+    uint32_t len = r->len;
+    struct gp_fds_in *given = r->given;
+    struct gpck_peer_rep *rep = r->reply;
     if (len != sizeof(struct gpck_peer_req))
         return -EPROTO;
     const struct gpck_peer_req *req = payload;
@@ -790,57 +850,18 @@ static int handle_peer_hold(struct gp_client *c, const void *payload, uint32_t l
     return 0;
 }
 
-int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send)
+int gp_handle_request(struct gp_request *r)
 {
-    uint32_t len = h->payload_len;
-    *send = (struct gp_fds){ 0 };
-    if (given->count && h->type != GPCK_STAGING_MAP && h->type != GPCK_PEER_HOLD)
-        return -EINVAL; /* only staging and peer memory bring fds */
-    switch (h->type) {
-    case GPCK_HELLO:
-        *reply_len = sizeof(struct gpck_hello_rep);
-        return handle_hello(payload, len, reply);
-    case GPCK_STATUS:
-        *reply_len = sizeof(struct gpck_status_rep);
-        handle_status(reply);
-        return 0;
-    case GPCK_DEVICES:
-        *reply_len = sizeof(struct gpck_devices_rep);
-        return handle_devices(reply);
-    case GPCK_QUIESCE:
-        *reply_len = sizeof(struct gpck_quiesce_rep);
-        return handle_quiesce(c, payload, len, reply);
-    case GPCK_RESUME:
-        *reply_len = sizeof(struct gpck_resume_rep);
-        return handle_resume(c, reply);
-    case GPCK_LIST_ALLOCS:
-        return handle_list(payload, len, reply, reply_len);
-    case GPCK_STAGING_MAP:
-        *reply_len = sizeof(struct gpck_staging_rep);
-        return handle_staging_map(c, payload, len, given, reply, send);
-    case GPCK_STAGING_UNMAP:
-        gp_staging_destroy(&c->staging);
-        return 0;
-    case GPCK_COPY_OUT:
-    case GPCK_COPY_IN:
-        *reply_len = sizeof(struct gpck_copy_rep);
-        return handle_copy(c, h->type == GPCK_COPY_OUT, payload, len, reply);
-    case GPCK_SUSPEND_POOL:
-        *reply_len = sizeof(struct gpck_pool_rep);
-        return handle_suspend(c, payload, len, reply);
-    case GPCK_REMAP_POOL:
-        *reply_len = sizeof(struct gpck_pool_rep);
-        return handle_remap(c, reply);
-    case GPCK_DROP_HELD:
-        return handle_drop_held(payload, len);
-    case GPCK_BLOCK_DIGEST:
-        return handle_digest(c, payload, len, reply, reply_len);
-    case GPCK_LIVE_WINDOW:
-        return handle_live_window(c, payload, len);
-    case GPCK_PEER_HOLD:
-        *reply_len = sizeof(struct gpck_peer_rep);
-        return handle_peer_hold(c, payload, len, given, reply);
+    r->send = (struct gp_fds){ 0 };
+    switch (r->type) {
+#define GP_MESSAGE(NAME, name, reply_size, takes_fds)                                                         \
+    case GPCK_##NAME:                                                                                           \
+        if (r->given->count && !(takes_fds))                                                                    \
+            return -EINVAL; /* only staging and peer memory bring fds */                                        \
+        r->reply_len = (reply_size);                                                                            \
+        return handle_##name(r);
+#include "messages.gen.h"
+#undef GP_MESSAGE
     default:
         return -EOPNOTSUPP;
     }

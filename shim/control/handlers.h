@@ -32,12 +32,22 @@ struct gp_fds_in {
     uint32_t count;
 };
 
-/* Handles one request. payload has h->payload_len bytes; the reply payload
- * goes to reply (GPCK_MAX_MESSAGE bytes) with its length in *reply_len;
- * the fds in *send (none by default) go along with it. Returns the reply's
- * status: 0 or -errno. */
-int gp_handle_request(struct gp_client *c, const struct gpck_header *h, const void *payload, void *reply,
-                      uint32_t *reply_len, struct gp_fds_in *given, struct gp_fds *send);
+/* One request being served: what it brought and what its reply carries. */
+struct gp_request {
+    struct gp_client *client;
+    uint16_t type;               /* enum gpck_type */
+    const void *payload;
+    uint32_t len;                /* of payload */
+    struct gp_fds_in *given;     /* fds it brought */
+    void *reply;                 /* GPCK_MAX_MESSAGE bytes for the reply payload */
+    uint32_t reply_len;          /* preset to the reply struct's size (messages.gen.h); a longer reply sets it */
+    struct gp_fds send;          /* fds the reply passes (none by default) */
+};
+
+/* Handles one request by its handler (handle_<name>, listed in
+ * messages.gen.h from protocol/messages.mjs). Returns the reply's status:
+ * 0 or -errno. */
+int gp_handle_request(struct gp_request *r);
 /* The fds of a reply were sent: the handler's side closes them. */
 void gp_client_fds_sent(struct gp_client *c);
 /* The client went away or its lease expired: reopen the gate if it held it,

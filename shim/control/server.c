@@ -219,11 +219,12 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
         send_message(c->fd, h->type | GPCK_REPLY, h->seq, -EMFILE, NULL, 0, NO_FDS, 0);
         return;
     }
-    uint32_t reply_len = 0;
-    struct gp_fds pass = { 0 };
+    struct gp_request req = { .client = c, .type = h->type, .payload = in + sizeof(*h), .len = h->payload_len, .given = &given, .reply = out };
     gp_driver_error_clear();
-    int status = gp_handle_request(c, h, in + sizeof(*h), out, &reply_len, &given, &pass);
+    int status = gp_handle_request(&req);
     close_fds(&given);
+    uint32_t reply_len = req.reply_len;
+    struct gp_fds pass = req.send;
     /* A failure's reply payload is never read: the failed driver call's name replaces it. */
     uint32_t flags = 0;
     size_t text = status < 0 ? gp_driver_error_text((char *)out, GPCK_ERROR_TEXT_LEN) : 0;
