@@ -19,11 +19,10 @@ import { DIGEST_BLOCK } from './image/format.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type FrameRecord, type Manifest, type ParentRecord } from './image/index.js';
 import { commandLine } from './processes.js';
 import { Progress } from './progress.js';
-import type { Placed } from './held-memory.js';
 import { releaseStaging, ShimSession, type StagingMemory } from './session.js';
-import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece } from './staging-plan.js';
+import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece, type Placed } from './staging-plan.js';
 import { formatBytes, round, seconds } from './units.js';
-import { native, PoolState, type AllocEntry } from '../native/index.js';
+import { DEFAULT_LEASE_MS, native, PoolState, type AllocEntry } from '../native/index.js';
 
 export interface CheckpointOptions {
   force?: boolean;
@@ -106,8 +105,6 @@ export interface CheckpointSummary {
    */
   writes: { firstSeconds?: number; atPauseEndBytes: number };
 }
-
-export const DEFAULT_LEASE_MS = 30_000;
 
 export async function checkpointGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}): Promise<CheckpointSummary> {
   const session = await ShimSession.open(pid);

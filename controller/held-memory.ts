@@ -11,7 +11,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { digestAllocations } from './block-digests.js';
-import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { GpuckptError } from './errors.js';
 import { writeGpuNeeds, type GpuNeed } from './gpu-room.js';
 import { bytesOf, planBlocks } from './image/chain.js';
@@ -19,17 +18,10 @@ import { DIGEST_BLOCK } from './image/format.js';
 import type { AllocationRecord } from './image/index.js';
 import type { PhaseClock } from './phase-clock.js';
 import { closeStaging, type ShimSession, type StagingMemory } from './session.js';
-import { packEach, stagingForStatus } from './staging-plan.js';
-import type { StatusReply } from '../native/index.js';
+import { packEach, stagingForStatus, type Placed } from './staging-plan.js';
+import { DEFAULT_LEASE_MS, type StatusReply } from '../native/index.js';
 
 const LAYOUT_FILE = 'held-layout.json';
-
-export interface Placed {
-  device: number;
-  addr: bigint;
-  length: number;
-  stagingOffset: number;
-}
 
 export interface HeldLayout {
   /** Bytes of the pool's allocations. */

@@ -20,12 +20,11 @@
  */
 import { GpuckptError } from './errors.js';
 import type { CodecPool } from './codec-pool.js';
-import type { Placed } from './held-memory.js';
 import { planBlocks, type ParentBlocks } from './image/chain.js';
 import type { AllocationRecord } from './image/index.js';
 import type { Progress } from './progress.js';
 import type { ShimSession, StagingMemory } from './session.js';
-import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, splitIntoPieces, stagingBytes, type Piece } from './staging-plan.js';
+import { alignUp, FRAME_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, splitIntoPieces, stagingBytes, type Piece, type Placed } from './staging-plan.js';
 import { formatBytes, round } from './units.js';
 import { digestAllocations } from './block-digests.js';
 

@@ -18,13 +18,12 @@
  * made on the process's own GPUs, and the caller keeps fds of it too.
  */
 import { closeSync } from 'node:fs';
-import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { landsOn, type GpuPair } from './driver-checkpoint.js';
 import type { HeldLayout } from './held-memory.js';
 import type { GpuNeed } from './gpu-room.js';
 import type { PhaseClock } from './phase-clock.js';
 import type { ShimSession } from './session.js';
-import { MAX_STAGING_FILES, native, type StatusReply } from '../native/index.js';
+import { DEFAULT_LEASE_MS, MAX_STAGING_FILES, native, type StatusReply } from '../native/index.js';
 
 export interface HeldOnGpus {
   layout: HeldLayout;

@@ -12,10 +12,9 @@ import { GpuckptError, isGpuckptError } from './errors.js';
 import { faultPoint } from './faults.js';
 import { ImageReader, type Manifest } from './image/index.js';
 import { ShimSession } from './session.js';
-import { DEFAULT_LEASE_MS } from './checkpoint.js';
 import { PoolLoader } from './pool-loader.js';
 import { formatBytes, hex, round } from './units.js';
-import { PoolState, type AllocEntry, type HelloReply } from '../native/index.js';
+import { DEFAULT_LEASE_MS, PoolState, type AllocEntry, type HelloReply } from '../native/index.js';
 
 export interface RollbackOptions {
   stagingLimit?: bigint;

@@ -8,9 +8,9 @@ import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from './errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
 import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
-import { MAX_RANGES_PER_COPY } from './staging-plan.js';
 import {
   CopyFlag,
+  MAX_COPY_RANGES,
   MessageType,
   native,
   PeerFlag,
@@ -288,9 +288,9 @@ export class ShimSession {
    * any copy in; completes: nothing is copied in after them.
    */
   async fillZeros(ranges: { device: number; addr: bigint; size: bigint }[], completes = false): Promise<void> {
-    for (let k = 0; k < ranges.length; k += MAX_RANGES_PER_COPY) {
-      const part = ranges.slice(k, k + MAX_RANGES_PER_COPY).map((r) => ({ device: r.device, addr: r.addr, length: Number(r.size), stagingOffset: 0 }));
-      const last = completes && k + MAX_RANGES_PER_COPY >= ranges.length;
+    for (let k = 0; k < ranges.length; k += MAX_COPY_RANGES) {
+      const part = ranges.slice(k, k + MAX_COPY_RANGES).map((r) => ({ device: r.device, addr: r.addr, length: Number(r.size), stagingOffset: 0 }));
+      const last = completes && k + MAX_COPY_RANGES >= ranges.length;
       await this.request('COPY_IN', 'zero fill', { ranges: part, flags: CopyFlag.ZEROS | (last ? CopyFlag.COMPLETES : 0) });
     }
   }

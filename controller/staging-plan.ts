@@ -8,6 +8,7 @@
  * as a ring and a region is reused once its frame has been compressed.
  */
 import { freemem } from 'node:os';
+import { MAX_COPY_RANGES } from '../native/index.js';
 
 export const FRAME_BYTES = 16 * 1024 * 1024;
 /**
@@ -19,8 +20,16 @@ export const FRAME_BYTES = 16 * 1024 * 1024;
  * fixed). A suspend's held copy, which has no frames, leaves out every one.
  */
 export const MIN_SKIPPED_ZERO_RUN = 2 * 1024 * 1024;
-/** Ranges per copy request (GPCK_MAX_COPY_RANGES in the protocol header). */
-export const MAX_RANGES_PER_COPY = 4000;
+/** Ranges per copy request (the protocol's limit). */
+export const MAX_RANGES_PER_COPY = MAX_COPY_RANGES;
+
+/** A piece of the pool placed in staging: what one copy range moves. */
+export interface Placed {
+  device: number;
+  addr: bigint;
+  length: number;
+  stagingOffset: number;
+}
 /**
  * Bytes per copy request while compression runs during the copy: a
  * batch's frames are compressed (and written) as soon as it is in

@@ -30,6 +30,7 @@ export const ReplyFlag = { ERROR_TEXT: 1 } as const;
 /** enum gpck_pool_state */
 export const PoolState = { NOT_YET: 0, ACTIVE: 1, DISABLED: 2, SUSPENDED: 3, HALF_RESTORED: 4 } as const;
 export const QuiesceFlag = { ROLLBACK: 1 } as const;
+export const DEFAULT_LEASE_MS = 30000;
 export const StagingFlag = { HELD: 1, PRIVATE: 2, READY: 4, GIVEN: 8, UNPINNED: 16 } as const;
 export const MAX_STAGING_FILES = 250;
 export const CopyFlag = { COMPLETES: 1, ZEROS: 2, FROM_MIRROR: 4 } as const;

@@ -194,7 +194,7 @@ gate at once. 0 = the default (GPCK_DEFAULT_LEASE_MS).`,
       ['u32', 'flags', { doc: 'GPCK_QUIESCE_*' }],
     ],
   },
-  { kind: 'define', name: 'GPCK_DEFAULT_LEASE_MS', value: '30000u' },
+  { kind: 'define', name: 'GPCK_DEFAULT_LEASE_MS', value: '30000u', js: 'defaultLeaseMs' },
   { kind: 'struct', name: 'quiesce_rep', fields: [['u64', 'drain_ns', { as: 'number', doc: 'waiting for calls in flight' }], ['u64', 'sync_ns', { as: 'number', doc: 'synchronising every context' }]] },
   { kind: 'struct', name: 'resume_rep', fields: [['u64', 'closed_ns', { as: 'number', doc: 'how long the gate was closed' }]] },
   {

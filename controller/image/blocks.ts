@@ -2,7 +2,7 @@
  * Reading an image's or a pause's block digests (the shim's digest
  * kernel: one 8-byte digest per block, 0 for a block of zeros).
  */
-import type { AllocationRecord } from './manifest.js';
+import type { AllocationRecord } from './manifest-types.js';
 
 /**
  * An allocation's digests (8 bytes per block of size bytes from its start,

@@ -38,7 +38,7 @@ import type {
   OutsidePoolBytes,
   ParentRecord,
   PoolLayout,
-} from './manifest.js';
+} from './manifest-types.js';
 import { AllocationBlocks } from './blocks.js';
 import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION } from './format.js';
 

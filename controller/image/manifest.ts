@@ -21,6 +21,7 @@ import { createHash } from 'node:crypto';
 import { Packr } from 'msgpackr';
 import { GpuckptError } from '../errors.js';
 import { checkManifest } from './manifest-check.js';
+import type { Manifest } from './manifest-types.js';
 import {
   DATA_FILE,
   FORMAT_VERSION,
@@ -40,99 +41,18 @@ export {
   MAX_MANIFEST_PAYLOAD,
 } from './format.js';
 
-export interface ImageSource {
-  pid: number;
-  command: string[];
-  host: string;
-  uid: number;
-}
-
-/** The fixed-address pool: device d owns [base + d*sliceSize, base + (d+1)*sliceSize). */
-export interface PoolLayout {
-  base: bigint;
-  sliceSize: bigint;
-  deviceCount: number;
-  quantum: bigint;
-}
-
-export interface DeviceRecord {
-  ordinal: number;
-  name: string;
-  uuid: string;
-  totalMemory: bigint;
-}
-
-export interface AllocationRecord {
-  device: number;
-  addr: bigint;
-  size: bigint;
-}
-
-/** Bytes the process held outside the pool, which a gpu-only image does not contain. */
-export interface OutsidePoolBytes {
-  managed: bigint;
-  streamOrdered: bigint;
-  host: bigint;
-  unrouted: bigint;
-}
-
-/** One zstd frame in pool.zst: `length` raw bytes of device memory at `addr`. */
-export interface FrameRecord {
-  device: number;
-  addr: bigint;
-  length: number;
-  offset: bigint;
-  compressedLength: number;
-}
-
-export interface DataSection {
-  file: typeof DATA_FILE;
-  frames: FrameRecord[];
-  rawBytes: bigint;
-  storedBytes: bigint;
-}
-
-/**
- * Digests of every block of every allocation (the shim's GPU kernel):
- * digests[i] holds 8 bytes (u64 LE) per block of allocations[i], blocks of
- * `size` bytes from the allocation's start (the last one shorter); 0 means
- * all zeros. What a child image compares against to store only changes.
- */
-export interface BlockDigests {
-  size: number;
-  digests: Uint8Array[];
-}
-
-/**
- * The image an incremental image was made against: its frames hold only
- * the blocks that differ from it, and every other byte comes from the
- * parent (and its own parents). manifestSha256 is the SHA-256 of the
- * parent's manifest payload, so a parent replaced since is refused.
- */
-export interface ParentRecord {
-  path: string;
-  manifestSha256: Uint8Array;
-}
-
-export interface Manifest {
-  format: 'gpuckpt-image';
-  /** OLDEST_FORMAT_VERSION..FORMAT_VERSION; written as FORMAT_VERSION. */
-  version: number;
-  protocolVersion: number;
-  /** gpu-only: the pool alone; process: the pool plus a CRIU image in criu/. */
-  kind: 'gpu-only' | 'process';
-  createdAt: string;
-  source: ImageSource;
-  pool: PoolLayout;
-  devices: DeviceRecord[];
-  allocations: AllocationRecord[];
-  outsidePool: OutsidePoolBytes;
-  data: DataSection;
-  blocks?: BlockDigests;
-  parent?: ParentRecord;
-  /** Informational only (timings, counters); never affects restore. */
-  stats?: Record<string, number>;
-}
+export type {
+  AllocationRecord,
+  BlockDigests,
+  DataSection,
+  DeviceRecord,
+  FrameRecord,
+  ImageSource,
+  Manifest,
+  OutsidePoolBytes,
+  ParentRecord,
+  PoolLayout,
+} from './manifest-types.js';
 
 // useRecords:false keeps the payload plain msgpack maps (readable by any msgpack
 // tool, no shared-structure state). Addresses and sizes are BigInt: msgpackr

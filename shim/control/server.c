@@ -20,7 +20,7 @@
 #include "../interpose/gate.h"
 #include "../interpose/log.h"
 #include "../interpose/shim.h"
-#include "../testing/test_faults.h"
+#include "../interpose/test_hooks.h"
 #include "gpuckpt_protocol.h"
 #include "handlers.h"
 

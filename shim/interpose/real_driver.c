@@ -7,8 +7,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../testing/test_faults.h"
 #include "log.h"
+#include "test_hooks.h"
 
 void *gp_real[GP_IDX_COUNT];
 

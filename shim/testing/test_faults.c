@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "test_faults.h"
+#include "../interpose/test_hooks.h"
 
 #include <errno.h>
 #include <stdatomic.h>
