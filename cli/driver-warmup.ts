@@ -2,7 +2,7 @@
  * The CUDA driver's initialisation, started as the command starts. cuInit
  * takes 0.3-0.4 s in a fresh process while no other process has the driver
  * open (test/gpu/probes/restore_probe.c), which is a resume's case when the
- * suspend left no driver keeper (controller/driver-keeper.ts): the
+ * suspend left no driver keeper (controller/adapters/driver-keeper.ts): the
  * suspended application holds nothing. For the commands whose first driver
  * call is on their critical path, one libuv thread does it while node loads
  * the rest of the CLI and the command connects and checks. Node exits only

@@ -5,17 +5,18 @@
  * anything else is a bug and keeps its stack.
  */
 import { Command, CommanderError, Option } from 'commander';
-import { checkpointGpuOnly } from '../controller/checkpoint.js';
-import { runDemo } from '../controller/demo.js';
-import { GpuckptError } from '../controller/errors.js';
-import { inspectImage } from '../controller/inspect.js';
-import { parsePid } from '../controller/processes.js';
-import { listProcesses } from '../controller/ps.js';
-import { restoreInto } from '../controller/rollback.js';
-import { makeRunPlan, planAsShell } from '../controller/run-plan.js';
-import { checkpointProcess, restoreProcess } from '../controller/process-image.js';
-import { migrateProcess, resumeProcess, suspendProcess } from '../controller/suspend.js';
-import { parseSize } from '../controller/units.js';
+import { checkpointGpuOnly } from '../controller/verbs/checkpoint.js';
+import { runDemo } from '../controller/verbs/demo.js';
+import { GpuckptError } from '../controller/base/errors.js';
+import { inspectImage } from '../controller/verbs/inspect.js';
+import { parsePid } from '../controller/adapters/processes.js';
+import { listProcesses } from '../controller/verbs/ps.js';
+import { restoreInto } from '../controller/verbs/rollback.js';
+import { makeRunPlan, planAsShell } from '../controller/verbs/run-plan.js';
+import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
+import { migrateProcess } from '../controller/verbs/migrate.js';
+import { resumeProcess, suspendProcess } from '../controller/engine/suspend.js';
+import { parseSize } from '../controller/base/units.js';
 import {
   inspectJson,
   printCheckpoint,

@@ -1,11 +1,12 @@
 /** Human-readable and JSON renderings of the controller's results. */
-import type { CheckpointSummary } from '../controller/checkpoint.js';
-import type { InspectReport } from '../controller/inspect.js';
-import type { ProcessRow } from '../controller/ps.js';
-import type { RollbackSummary } from '../controller/rollback.js';
-import type { MigrateSummary, ResumeSummary, SuspendSummary } from '../controller/suspend.js';
-import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/process-image.js';
-import { formatBytes, hex } from '../controller/units.js';
+import type { CheckpointSummary } from '../controller/engine/pool-image.js';
+import type { InspectReport } from '../controller/verbs/inspect.js';
+import type { ProcessRow } from '../controller/verbs/ps.js';
+import type { RollbackSummary } from '../controller/verbs/rollback.js';
+import type { MigrateSummary } from '../controller/verbs/migrate.js';
+import type { ResumeSummary, SuspendSummary } from '../controller/engine/suspend.js';
+import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/verbs/process-image.js';
+import { formatBytes, hex } from '../controller/base/units.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex

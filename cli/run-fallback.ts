@@ -5,7 +5,7 @@
  * is why bin/gpuckpt execs instead.
  */
 import { spawn } from 'node:child_process';
-import type { RunPlan } from '../controller/run-plan.js';
+import type { RunPlan } from '../controller/verbs/run-plan.js';
 
 export function runWithoutExec(plan: RunPlan): Promise<number> {
   const child = spawn(plan.program, plan.args, { stdio: 'inherit', env: { ...process.env, ...plan.env } });

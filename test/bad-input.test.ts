@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, truncateSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { sameBuffers } from '../controller/app-driver.js';
+import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { APPS, BIN, requireBuilt, ROOT, Sandbox, TEST_BUILD } from './helpers/e2e.js';
 
 const box = new Sandbox();

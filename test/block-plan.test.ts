@@ -6,8 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ParentBlocks, planBlocks, zeroRanges } from '../controller/image/chain.js';
-import { placeHeld } from '../controller/held-memory.js';
-import { MAX_RANGES_PER_COPY, packAll } from '../controller/staging-plan.js';
+import { placeHeld } from '../controller/engine/held-memory.js';
+import { MAX_RANGES_PER_COPY, packAll } from '../controller/engine/staging-plan.js';
 
 const KIB = 1024;
 const BLOCK = 256 * KIB;

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
-import { sameBuffers } from '../controller/app-driver.js';
+import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { FORMAT_VERSION } from '../controller/image/index.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 

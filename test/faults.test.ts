@@ -13,7 +13,7 @@
 import { describe, expect, it } from 'vitest';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { sameBuffers, type AppEvent, type BufferState } from '../controller/app-driver.js';
+import { sameBuffers, type AppEvent, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, checkpointingSandbox, FAULTS_SHIM, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();

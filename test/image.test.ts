@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { compress as zstdCompress } from 'zstd-napi';
-import { GpuckptError, type ErrorCode } from '../controller/errors.js';
+import { GpuckptError, type ErrorCode } from '../controller/base/errors.js';
 import {
   DATA_FILE,
   FORMAT_VERSION,
@@ -437,13 +437,13 @@ describe('frame codec', () => {
       ts.transpileModule(readFileSync(new URL(file, import.meta.url), 'utf8'), {
         compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true },
       }).outputText;
-    await writeFile(join(dir, 'errors.cjs'), toCjs('../controller/errors.ts'));
+    await writeFile(join(dir, 'errors.cjs'), toCjs('../controller/base/errors.ts'));
     await writeFile(
       join(dir, 'codec.cjs'),
       toCjs('../controller/image/frame-codec.ts')
         .replaceAll('"zstd-napi/binding.js"', JSON.stringify(require.resolve('zstd-napi/binding.js')))
         .replaceAll('"zstd-napi"', JSON.stringify(require.resolve('zstd-napi')))
-        .replaceAll('"../errors.js"', '"./errors.cjs"'),
+        .replaceAll('"../base/errors.js"', '"./errors.cjs"'),
     );
     const workerCode = `
       const { parentPort, workerData } = require('node:worker_threads');

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { renameSync, rmSync } from 'node:fs';
-import { sameBuffers, type BufferState } from '../controller/app-driver.js';
+import { sameBuffers, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();

@@ -15,7 +15,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
-import { sameBuffers, type BufferState } from '../controller/app-driver.js';
+import { sameBuffers, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 
 const ROUNDS = Number(process.env.KILL_ROUNDS ?? 30);

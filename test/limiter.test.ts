@@ -1,10 +1,10 @@
 /**
- * The limiter that bounds the frames in flight (controller/limiter.ts): at
+ * The limiter that bounds the frames in flight (controller/base/limiter.ts): at
  * most n at once, in order, and a limit changed while tasks run (an
  * incremental checkpoint compresses with fewer workers during its pause).
  */
 import { describe, expect, it } from 'vitest';
-import { Limiter } from '../controller/limiter.js';
+import { Limiter } from '../controller/base/limiter.js';
 
 /** A task that runs until its release() is called, recording the tasks running at once. */
 function gatedTasks(limiter: Limiter, count: number) {

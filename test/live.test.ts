@@ -13,7 +13,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
-import { sameBuffers, type BufferState } from '../controller/app-driver.js';
+import { sameBuffers, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();

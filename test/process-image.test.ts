@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { sameBuffers } from '../controller/app-driver.js';
+import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { removeStaleTempDirs } from '../controller/image/index.js';
 import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB } from './helpers/e2e.js';
 

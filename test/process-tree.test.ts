@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { createServer, type Server } from 'node:net';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sameBuffers } from '../controller/app-driver.js';
+import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { APPS, checkpointingSandbox, eventually, json } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();

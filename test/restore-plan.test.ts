@@ -1,7 +1,7 @@
 /**
  * What a whole-process restore checks and hands CRIU before anything runs
- * (controller/restore-plan.ts), and the reading of CRIU's files.img it
- * rests on (controller/criu-files.ts): against an image real CRIU 4.1.1
+ * (controller/engine/restore-plan.ts), and the reading of CRIU's files.img it
+ * rests on (controller/adapters/criu-files.ts): against an image real CRIU 4.1.1
  * wrote (test/fixtures/criu-4.1.1: a process with a log opened with `>`,
  * one with `>>`, a file read, one read-write, and a deleted one), and
  * against the fake CRIU's, written for files changed in every way.
@@ -12,8 +12,8 @@ import { isatty } from 'node:tty';
 import { spawn, spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { criuRegularFiles } from '../controller/criu-files.js';
-import { restoreFds, type ProcessInfo } from '../controller/restore-plan.js';
+import { criuRegularFiles } from '../controller/adapters/criu-files.js';
+import { restoreFds, type ProcessInfo } from '../controller/engine/restore-plan.js';
 import { ROOT } from './helpers/e2e.js';
 
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'criu-4.1.1');

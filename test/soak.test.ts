@@ -18,7 +18,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
-import { sameBuffers, type BufferState } from '../controller/app-driver.js';
+import { sameBuffers, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
 
 const CYCLES = Number(process.env.SOAK_CYCLES ?? 10);

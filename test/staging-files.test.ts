@@ -1,13 +1,13 @@
 /**
- * Staging the controller makes for a restore (controller/staging-files.ts):
+ * Staging the controller makes for a restore (controller/engine/staging-files.ts):
  * files sized as the shim sizes its own, each sealed so it cannot shrink
  * under the application's mapping (the shim refuses any that could; the
  * protocol client test checks that side).
  */
 import { fstatSync, ftruncateSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { createStaging, stagingFileBytes } from '../controller/staging-files.js';
-import { closeStaging } from '../controller/session.js';
+import { createStaging, stagingFileBytes } from '../controller/engine/staging-files.js';
+import { closeStaging } from '../controller/adapters/session.js';
 
 const MiB = 1024 * 1024;
 

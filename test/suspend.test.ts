@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { sameBuffers, type AppEvent } from '../controller/app-driver.js';
+import { sameBuffers, type AppEvent } from '../controller/adapters/app-driver.js';
 import { APPS, eventually, FAULTS_SHIM, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
-import { driverKeeperPid } from '../controller/driver-keeper.js';
+import { driverKeeperPid } from '../controller/adapters/driver-keeper.js';
 
 const box = new Sandbox();
 const ckptDir = box.path('driver-state');

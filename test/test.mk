@@ -75,6 +75,7 @@ test-build: all $(TEST_BINS)
 # Unit tests in C, and the check that the gated list matches cuda.h.
 check: test-build
 	node protocol/generate.mjs --check
+	node scripts/check-layers.mjs
 	node shim/interpose/gen_gated.mjs --check
 	bash shim/control/gen_ptx.sh --check
 	$(T)/test_alloc

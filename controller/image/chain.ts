@@ -10,7 +10,7 @@
 import { realpathSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { GpuckptError, isGpuckptError } from '../errors.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_CHAIN_LENGTH } from './format.js';
 import { AllocationBlocks } from './blocks.js';
 import { hex } from './manifest-check.js';

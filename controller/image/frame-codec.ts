@@ -13,7 +13,7 @@
  */
 import { Compressor } from 'zstd-napi';
 import zstd from 'zstd-napi/binding.js';
-import { GpuckptError } from '../errors.js';
+import { GpuckptError } from '../base/errors.js';
 
 /** zstd frame magic 0xFD2FB528, little-endian on disk. */
 const ZSTD_MAGIC = 0xfd2fb528;

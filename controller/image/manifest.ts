@@ -19,7 +19,7 @@
  */
 import { createHash } from 'node:crypto';
 import { Packr } from 'msgpackr';
-import { GpuckptError } from '../errors.js';
+import { GpuckptError } from '../base/errors.js';
 import { checkManifest } from './manifest-check.js';
 import type { Manifest } from './manifest-types.js';
 import {

@@ -22,13 +22,13 @@
 import { open, readdir, stat } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { GpuckptError, isGpuckptError } from '../errors.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { hex } from './manifest-check.js';
 import { decompressFrame } from './frame-codec.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
 import { decodeManifest, type FrameRecord, type Manifest } from './manifest.js';
 import { osErrorText } from './os-error.js';
-import { faultPoint } from '../faults.js';
+import { faultPoint } from '../base/faults.js';
 
 export interface VerifyProgress {
   framesDone: number;

@@ -13,14 +13,14 @@
 import { chmod, lstat, mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { GpuckptError, isGpuckptError } from '../errors.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_MAGIC } from './format.js';
 import { encodeManifest, type Manifest } from './manifest.js';
 import { isOsError, osErrorText } from './os-error.js';
 import { removeStaleTempDirs, tempDirName } from './temp-dirs.js';
 import { fsyncDir } from './durable.js';
-import { faultPoint } from '../faults.js';
-import { PhaseClock, type Phases } from '../phase-clock.js';
+import { faultPoint } from '../base/faults.js';
+import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { native } from '../../native/index.js';
 
 export interface ImageWriterOptions {

@@ -9,7 +9,7 @@
  * help, and the checkpoint's and restore's own times are the same either
  * way). That cold start was a third of every resume. `gpuckpt suspend`
  * starts this keeper; the resume ends it once the application holds the
- * driver again (controller/driver-keeper.ts).
+ * driver again (controller/adapters/driver-keeper.ts).
  *
  * It prints "ready" once cuInit returned, or "failed: WHY" and exits 1, on
  * stdout (the controller's pipe, which it then lets go of), and exits when

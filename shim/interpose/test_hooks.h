@@ -5,7 +5,7 @@
  * function fn that the shim makes on its control thread fail once with
  * CUDA_ERROR_UNKNOWN. The application's own calls are never failed or
  * counted. The controller reads the same variable for its own driver calls
- * (controller/faults.ts). */
+ * (controller/base/faults.ts). */
 #ifndef GPUCKPT_TEST_HOOKS_H
 #define GPUCKPT_TEST_HOOKS_H
 

@@ -1,48 +1,7 @@
-/* Address-range allocator: see alloc.h for the contract.
- *
- * Design: ONE treap keyed by start address holding every extent of the range,
- * free and used alike. The extents tile [base, end) exactly, so
- *   - find (interior pointers included) is a floor lookup: the extent with the
- *     greatest start <= addr always contains addr;
- *   - the neighbours to coalesce with on put are the predecessor and the node
- *     keyed at addr + size, both O(log n) lookups;
- *   - foreach / foreach_in are plain (pruned) in-order walks.
- *
- * First fit: each node carries fit[k], the largest request that some free
- * extent of its subtree can take at alignment quantum << k. First fit walks
- * the tree in address order but skips every subtree whose fit[k] is below
- * the request, so it reaches the leftmost extent that fits in O(log n).
- * Why per alignment class and not just "largest free extent": with only the
- * size as bound, small gaps left over by aligned placements pass the bound
- * but fail the aligned check, and a first-fit walk then visits every one of
- * them (measured, 100k gets at alignments q..8q: about 1 s with the single
- * bound, about 75 ms with these classes).
- * Alignments above the last class use that class as an upper bound and an
- * exact check at each candidate; only those (rare, huge-alignment) requests
- * can degrade towards O(n) on a badly fragmented range.
- *
- * Why one tree and not two (by address + by size): one structure means one
- * set of invariants to keep right, and first fit needs address order anyway;
- * a size-ordered tree answers best fit, not lowest address.
- *
- * Why a treap: it is the shortest balanced tree to get right with an
- * augmentation (rotations and joins just recompute fit[] bottom-up).
- * Priorities are a bijective hash of the start address, never random: the
- * tree shape is then a function of the set of extents alone. Placement does
- * not depend on shape anyway (first fit is defined by address order), but
- * this keeps runs reproducible down to the memory layout.
- *
- * A node's key never changes after insertion: splitting a free extent keeps
- * the original node at the low end, and coalescing always folds the higher
- * extent into the lower one. That is what lets the priority be a hash of the
- * key without ever re-sifting a node.
- *
- * Failure atomicity: gp_alloc_get mallocs the (at most two) nodes it needs
- * before touching the tree, so -ENOMEM leaves the allocator unchanged, and
- * gp_alloc_put never allocates.
- *
- * Recursion depth is the treap depth, O(log n) expected (~40 for 100k nodes).
- */
+/* Address-range allocator: see alloc.h for the contract. One treap keyed by
+ * start address holds every extent, free and used, each node with the
+ * largest request its subtree can take per alignment class, so first fit
+ * is O(log n); docs/ARCHITECTURE.md says why this shape. */
 #include "alloc.h"
 
 #include <errno.h>

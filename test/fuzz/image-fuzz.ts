@@ -15,7 +15,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { GpuckptError } from '../../controller/errors.js';
+import { GpuckptError } from '../../controller/base/errors.js';
 import { decodeBySpec, encodeBySpec } from '../helpers/manifest-bytes.js';
 import { manifestSha256, openParents, planChain } from '../../controller/image/chain.js';
 import {

@@ -2,9 +2,10 @@
  * `npm run bench`: gpuckpt against the anchor (the driver's checkpoint API
  * + CRIU, what NVIDIA's cuda-checkpoint does) on the same processes, in one
  * run. Workloads: pool_fill pools of BENCH_POOLS GiB (realistic mixed
- * content: incompressible bytes, zeros, low-entropy floats) and the PyTorch
- * job of DESIGN.md. Each is run BENCH_RUNS times on one process; every
- * figure is the median, and the data is verified after each step.
+ * content: incompressible bytes, zeros, low-entropy floats) and a PyTorch
+ * training job (torch_train.py at 100M parameters, an 8 GiB buffer). Each
+ * is run BENCH_RUNS times on one process; every figure is the median, and
+ * the data is verified after each step.
  *
  * Each workload's result goes to BENCH_OUT/<workload>.json (default: $OUT,
  * else docs/bench/); bench-report.mjs turns them into docs/BENCHMARKS.md.
@@ -54,7 +55,7 @@ async function onPoolFill(h, gib, body) {
 export async function runBench(h) {
   const env = process.env;
   if (env.BENCH_TORCH !== '0') {
-    // DESIGN.md's job; torch_train.py's own defaults are the tests' smaller
+    // The benchmark's job; torch_train.py's own defaults are the tests' smaller
     // one (a bench run without these measured that, labelled as this).
     env.TORCH_PARAMS_M ??= '100';
     env.TORCH_BUFFER_GIB ??= '8';
@@ -155,7 +156,7 @@ export async function runBench(h) {
         },
         gpuOnly: false,
       });
-      save('torch', `PyTorch job of DESIGN.md (${env.TORCH_PARAMS_M}M parameters, AdamW, ${env.TORCH_BUFFER_GIB} GiB buffer)`, metrics);
+      save('torch', `PyTorch training job (${env.TORCH_PARAMS_M}M parameters, AdamW, ${env.TORCH_BUFFER_GIB} GiB buffer)`, metrics);
       return summarize(metrics);
     });
   }

@@ -1052,7 +1052,7 @@ async function jobProcessScenario(name, job) {
  * the same addresses, and it runs on the GPU it was sent to.
  */
 async function suspendScenario(name, prog, args, gpus, cycles = 2) {
-  const { driverKeeperPid } = await import('../../dist/controller/driver-keeper.js');
+  const { driverKeeperPid } = await import('../../dist/controller/adapters/driver-keeper.js');
   const app = new App(name, prog, args);
   const R = (await app.ready(240_000)).buffers;
   const before = gpuMemoryOf(app.pid);

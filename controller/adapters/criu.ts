@@ -1,0 +1,112 @@
+/**
+ * CRIU, the process checkpointer gpuckpt relies on for everything outside
+ * the GPU: found on PATH, or given by --criu / GPUCKPT_CRIU; version 4.0 or
+ * newer (3.x fails on current kernels). Runs with a log in the image, and
+ * failures report CRIU's first error line and a log that is kept.
+ */
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { GpuckptError } from '../base/errors.js';
+import { ownRunDir } from './run-dir.js';
+
+export interface Criu {
+  path: string;
+  version: string;
+}
+
+export function findCriu(given?: string): Criu {
+  const candidates = given ? [given] : process.env.GPUCKPT_CRIU ? [process.env.GPUCKPT_CRIU] : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, 'criu'));
+  const path = candidates.find((p) => existsSync(p));
+  if (!path) throw new GpuckptError('NO_CRIU', given || process.env.GPUCKPT_CRIU ? `CRIU not found at ${given ?? process.env.GPUCKPT_CRIU}` : 'CRIU not found on PATH (install CRIU 4.0 or newer, or give --criu PATH)');
+  let out = '';
+  try {
+    out = execFileSync(path, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    throw new GpuckptError('NO_CRIU', `${path} --version failed: ${(e as Error).message.split('\n')[0]}`);
+  }
+  const m = out.match(/Version:\s*(\d+)\.(\d+)(?:\.(\d+))?/);
+  if (!m) throw new GpuckptError('NO_CRIU', `${path} does not look like CRIU (no version in its --version output)`);
+  const version = `${m[1]}.${m[2]}${m[3] ? `.${m[3]}` : ''}`;
+  if (Number(m[1]) < 4) throw new GpuckptError('NO_CRIU', `CRIU ${version} at ${path} is too old: 4.0 or newer is needed`);
+  return { path, version };
+}
+
+/**
+ * CRIU's first real error: the cause, where later lines report its
+ * consequences ("Dumping FAILED"). Its RLIMIT_NOFILE complaint, which CRIU
+ * makes and survives as an unprivileged user, is no cause.
+ */
+export function firstError(log: string): string {
+  try {
+    const line = readFileSync(log, 'utf8')
+      .split('\n')
+      .find((l) => /Error \(/.test(l) && !/RLIMIT_NOFILE/.test(l));
+    return line ? line.replace(/^\([\d.]+\)\s*/, '').replace(/^\d+: /, '') : 'see the log';
+  } catch {
+    return 'no log';
+  }
+}
+
+/**
+ * A copy of a failed dump's log that outlives its working directory:
+ * <run dir>/logs/criu-dump-PID-TIME.log (the newest 20 kept).
+ */
+function keepLog(log: string, pid: number): string {
+  const dir = join(ownRunDir(), 'logs');
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const kept = join(dir, `criu-dump-${pid}-${new Date().toISOString().replace(/[:.]/g, '-')}.log`);
+    copyFileSync(log, kept);
+    const old = readdirSync(dir).filter((n) => n.startsWith('criu-dump-')).sort((a, b) => statSync(join(dir, a)).mtimeMs - statSync(join(dir, b)).mtimeMs);
+    for (const n of old.slice(0, Math.max(0, old.length - KEPT_LOGS))) rmSync(join(dir, n), { force: true });
+    return kept;
+  } catch {
+    return log;
+  }
+}
+
+const KEPT_LOGS = 20;
+
+/** `criu dump` of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
+export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[] }): void {
+  const args = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...opts.args];
+  if (opts.leaveRunning) args.push('--leave-running');
+  const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  if (r.status !== 0) {
+    const log = join(dir, 'dump.log');
+    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, root)})`);
+  }
+}
+
+/** An fd of this process that `criu restore` takes for a resource of the image (--inherit-fd). */
+export interface InheritedFd {
+  fd: number;
+  /** 'pipe:[123]', 'socket:[123]' or a path without its leading '/'. */
+  resource: string;
+}
+
+/**
+ * Starts `criu restore`. Detached, it returns once the process tree is back;
+ * attached, CRIU stays the restored process's parent and exits with its
+ * status, which the returned child reports. A terminal job gets this
+ * command's terminal; inherit fds go to CRIU from fd 3 on. CRIU ignores
+ * SIGINT and SIGQUIT, which a terminal sends the restored job itself (the
+ * job's own dispositions come back from the image).
+ */
+export function criuRestore(
+  criu: Criu,
+  dir: string,
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args?: string[] },
+): ChildProcess {
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, ...(opts.args ?? [])];
+  if (opts.detach) args.push('--restore-detached');
+  if (opts.shellJob) args.push('--shell-job');
+  opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
+  const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)] });
+}
+
+export function criuRestoreError(dir: string): string {
+  return firstError(join(dir, 'restore.log'));
+}

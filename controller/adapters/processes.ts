@@ -1,0 +1,73 @@
+/** Facts about other processes, read from /proc. */
+import { readFileSync } from 'node:fs';
+import { GpuckptError } from '../base/errors.js';
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    // EPERM: it exists but belongs to someone else.
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export function parsePid(text: string): number {
+  if (!/^[1-9][0-9]{0,9}$/.test(text)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not a process ID`);
+  const pid = Number(text);
+  if (pid > 4194304) throw new GpuckptError('BAD_ARGUMENT', `${pid} is not a valid process ID`);
+  return pid;
+}
+
+export function commandLine(pid: number): string[] {
+  try {
+    const raw = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return raw.split('\0').filter((s, i, a) => s !== '' || i < a.length - 1);
+  } catch {
+    return [];
+  }
+}
+
+export function processUid(pid: number): number | undefined {
+  try {
+    const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^Uid:\s+(\d+)/m);
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * When the process started (field 22 of /proc/PID/stat, in clock ticks
+ * since boot): with the PID, it names one process even after the PID is
+ * reused. undefined when there is no such process.
+ */
+export function startTime(pid: number): string | undefined {
+  return statAfterName(pid)?.[19];
+}
+
+/** startTime of a process that has not ended: undefined for a zombie too (ended, not yet reaped). */
+export function runningStartTime(pid: number): string | undefined {
+  const fields = statAfterName(pid);
+  return fields && fields[0] !== 'Z' ? fields[19] : undefined;
+}
+
+/** /proc/PID/stat from field 3 (the state) on. */
+export function statAfterName(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may hold spaces and parentheses: the last ')' ends it.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
+/** True when libgpuckpt.so is mapped into the process. */
+export function hasShimLoaded(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/maps`, 'utf8').includes('libgpuckpt.so');
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,427 @@
+/**
+ * Whole-process checkpoint and restore: gpuckpt carries the pools, the
+ * driver's checkpoint API the rest of the CUDA state, CRIU the processes.
+ *
+ * checkpoint: check the job's process tree (dump-plan.ts: refused there,
+ * untouched, when CRIU could not carry it), suspend every process of it
+ * that runs CUDA under gpuckpt into a hidden working directory (its pool
+ * image written, pool released, driver state to host memory), `criu dump`
+ * the tree into its criu/, then rename it to the image's name: the image is
+ * complete or absent. The first such process's pool image is the image's
+ * own; the others go to members/PID/. With --leave-running the processes
+ * are resumed from their pool images afterwards; a failing dump resumes
+ * them too.
+ * restore: check what CRIU will reopen (restore-plan.ts), `criu restore`,
+ * then each member's resume path (driver restore, remapped to the target
+ * GPU when asked; pool mapped at the same addresses and loaded; gate
+ * opened), decompressed while CRIU ran. The image is read, never consumed.
+ */
+import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { freemem } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+import type { CheckpointOptions } from '../engine/pool-image.js';
+import { criuDump, criuRestore, criuRestoreError, findCriu, type Criu, type InheritedFd } from '../adapters/criu.js';
+import { planDump } from '../engine/dump-plan.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { openChain } from '../image/chain.js';
+import { ImageReader, removeStaleTempDirs } from '../image/index.js';
+import { fsyncDir, syncTree } from '../image/durable.js';
+import { osErrorText } from '../image/os-error.js';
+import { tempDirName } from '../image/temp-dirs.js';
+import { faultPoint } from '../base/faults.js';
+import { isAlive, runningStartTime } from '../adapters/processes.js';
+import { PoolLoader } from '../engine/pool-loader.js';
+import { checkGpuRoom, readGpuNeeds } from '../engine/gpu-room.js';
+import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
+import { gpuPairs, resolveGpu, resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
+import { round } from '../base/units.js';
+import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
+import type { Phases } from '../base/phase-clock.js';
+import { native } from '../../native/index.js';
+
+const CRIU_DIR = 'criu';
+/** The pool images of a job's other CUDA processes, by PID. */
+const MEMBERS_DIR = 'members';
+
+export interface ProcessCheckpointSummary {
+  image: string;
+  pid: number;
+  /** The processes of the job that run CUDA under gpuckpt, whose pools the image holds. */
+  members: number[];
+  /** What the checks arranged for CRIU (dump-plan.ts). */
+  notes: string[];
+  rawBytes: number;
+  storedBytes: number;
+  leftRunning: boolean;
+  criuVersion: string;
+  gpuFreeSeconds: number;
+  dumpSeconds: number;
+  /** fsync of CRIU's files, after the dump (and after a --leave-running process runs again). */
+  syncSeconds: number;
+  seconds: number;
+  /** --leave-running: from the application's pause until it ran again. */
+  pauseSeconds?: number;
+  /** --leave-running: the pool copied on its GPU for the pause ('gpu', gpu-snapshot.ts) or through host memory, and why. */
+  route?: 'gpu' | 'host';
+  whyThroughHost?: string;
+  /** Steps of a 'gpu' route's pause, in order. */
+  phases?: Phases;
+}
+
+export async function checkpointProcess(
+  pid: number,
+  out: string,
+  opts: CheckpointOptions & { leaveRunning?: boolean; criu?: string; criuOpts?: string[] } = {},
+): Promise<ProcessCheckpointSummary> {
+  const t0 = performance.now();
+  const criu = findCriu(opts.criu); // refuse before touching the process
+  const target = resolve(out);
+  if (existsSync(target)) {
+    if (!opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+    // --force replaces an image, never other data at a mistyped path.
+    if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
+  }
+  const plan = planDump(pid, criu, opts.criuOpts);
+  const [primary, ...others] = plan.members as [number, ...number[]];
+  if (others.length && opts.parent)
+    throw new GpuckptError('BAD_ARGUMENT', `the job of process ${pid} has ${plan.members.length} CUDA processes (${plan.members.join(', ')}): --parent is for a job with one`);
+  await removeStaleTempDirs(dirname(target));
+  const dump = { root: pid, args: [...plan.criuArgs, ...(opts.criuOpts ?? [])] };
+  const info: ProcessInfo = {
+    pid,
+    shellJob: plan.shellJob,
+    criuVersion: criu.version,
+    tree: plan.tree.map((p) => p.pid),
+    members: plan.members,
+    terminal: plan.terminal,
+    externalStdio: plan.externalStdio,
+  };
+  const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
+    image: target,
+    pid,
+    members: plan.members,
+    criuVersion: criu.version,
+    notes: plan.notes,
+    ...s,
+    seconds: round((performance.now() - t0) / 1000),
+  });
+  // Owned by the application, not by this controller: while CRIU dumps it,
+  // the application is suspended with its pool held in this directory only,
+  // and a controller killed meanwhile must not make it stale for the next
+  // writer's cleanup.
+  const work = join(dirname(target), tempDirName(basename(target), primary));
+  let whyThroughHost: string | undefined;
+  if (opts.leaveRunning && !opts.live && !others.length) {
+    const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
+    if (!('whyNot' in left)) {
+      writeProcessInfo(join(work, CRIU_DIR), info);
+      const s0 = performance.now();
+      await makeDurable(work, pid, true);
+      const syncSeconds = (performance.now() - s0) / 1000;
+      await publish(work, target, !!opts.force);
+      return summaryOf({
+        rawBytes: left.image.poolBytes,
+        storedBytes: left.image.storedBytes,
+        leftRunning: true,
+        gpuFreeSeconds: left.gpuFreeSeconds,
+        dumpSeconds: left.dumpSeconds,
+        syncSeconds: round(syncSeconds),
+        pauseSeconds: left.pauseSeconds,
+        route: 'gpu',
+        phases: left.phases,
+      });
+    }
+    whyThroughHost = left.whyNot;
+  } else if (opts.leaveRunning && !opts.live) {
+    whyThroughHost = `the job has ${plan.members.length} CUDA processes; a copy on the GPU serves a job of one`;
+  }
+  // Each member's pool image: the first at work, the others beside it
+  // until CRIU has dumped the tree (then under work/members/).
+  const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
+  const suspendStart = performance.now();
+  const suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
+  const d0 = performance.now();
+  const resumeAll = () => Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: true, image }).then(() => undefined, (e: unknown) => e)));
+  try {
+    mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
+    criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
+    writeProcessInfo(join(work, CRIU_DIR), info);
+  } catch (e) {
+    // The processes are still there (frozen): bring them back, then drop the
+    // half image (kept if a process could not come back: it holds its data).
+    const failures = await resumeAll();
+    const stays = [...images].filter((_, i) => failures[i] !== undefined).map(([m, image]) => `process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`);
+    if (!stays.length) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
+    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.length ? stays.join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}`);
+  }
+  const dumpSeconds = (performance.now() - d0) / 1000;
+  const resumeFailure = opts.leaveRunning ? (await resumeAll()).find((f) => f !== undefined) : undefined;
+  const runsAgain = performance.now();
+  if (others.length) {
+    mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
+    for (const m of others) renameSync(images.get(m)!, join(work, MEMBERS_DIR, String(m)));
+  }
+  // CRIU leaves its files to the page cache; the pool images are durable
+  // already, and the image is published only once CRIU's part is too.
+  const s0 = performance.now();
+  await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
+  const syncSeconds = (performance.now() - s0) / 1000;
+  await publish(work, target, !!opts.force);
+  if (resumeFailure) throw resumeFailure;
+  const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
+  return summaryOf({
+    rawBytes: suspended.reduce((n, s) => n + s.rawBytes, 0),
+    storedBytes: suspended.reduce((n, s) => n + s.storedBytes, 0),
+    leftRunning: !!opts.leaveRunning,
+    gpuFreeSeconds: Math.max(...suspended.map((s) => s.gpuFreeSeconds)),
+    dumpSeconds: round(dumpSeconds),
+    syncSeconds: round(syncSeconds),
+    ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - pauseStart, 4), route: 'host' as const, whyThroughHost } : {}),
+  });
+}
+
+/** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */
+function stagingShare(limit: bigint | undefined, n: number): { stagingLimit?: bigint } {
+  return n > 1 ? { stagingLimit: (limit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n) } : {};
+}
+
+/**
+ * Suspends every member into its image, all at once. If one fails, those
+ * that were suspended are resumed and the first failure is thrown: the
+ * job runs on as it was.
+ */
+async function suspendMembers(images: Map<number, string>, opts: CheckpointOptions): Promise<SuspendSummary[]> {
+  const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
+  const back = await Promise.all(
+    [...images].map(([m, image], i) =>
+      results[i]!.status === 'fulfilled'
+        ? resumeProcess(m, { keepImage: true, image }).then(
+            () => (rmSync(image, { recursive: true, force: true }), ''),
+            () => `; process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`,
+          )
+        : '',
+    ),
+  );
+  const e = failed.reason as Error;
+  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${e.message}${back.join('')}`);
+}
+
+/** The complete image at work becomes target (replacing an image there with force). */
+async function publish(work: string, target: string, force: boolean): Promise<void> {
+  if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
+  renameSync(work, target);
+  await fsyncDir(dirname(target));
+}
+
+/**
+ * fsync of CRIU's files in work. If that fails the image is not published:
+ * a process left running loses nothing (work is removed); one CRIU ended
+ * has no other copy, so work is kept and named.
+ */
+async function makeDurable(work: string, pid: number, leftRunning: boolean): Promise<void> {
+  try {
+    faultPoint('criu-sync');
+    await syncTree(join(work, CRIU_DIR));
+    if (existsSync(join(work, MEMBERS_DIR))) await fsyncDir(join(work, MEMBERS_DIR));
+    await fsyncDir(work);
+  } catch (e) {
+    if (leftRunning) rmSync(work, { recursive: true, force: true });
+    const where = leftRunning ? `process ${pid} runs on; no image written` : `process ${pid} is gone; its image is kept, not known durable, at ${work}`;
+    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot make CRIU's files durable: ${osErrorText(e)}; ${where}`, { cause: e });
+  }
+}
+
+export interface ProcessRestoreSummary {
+  image: string;
+  pid: number;
+  /** The processes whose pools were loaded, the image's own first. */
+  members: number[];
+  criuSeconds: number;
+  /** Decompressing the pool images into staging, while CRIU ran. */
+  loadSeconds: number;
+  /** The first member's resume; the others' in others. */
+  resume: ResumeSummary;
+  others?: ResumeSummary[];
+  /** Files the job had open write-only that changed since the image: it writes on at their end (restore-plan.ts). */
+  appended?: string[];
+  /** Until the application runs again with all its data. */
+  seconds: number;
+  /** Freeing the staging memory afterwards (the application is already running). */
+  cleanupSeconds: number;
+  /** Without --detach: the application's exit status once it ends. */
+  exitCode?: number | null;
+  signal?: string | null;
+}
+
+export async function restoreProcess(
+  image: string,
+  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean } = {},
+): Promise<ProcessRestoreSummary> {
+  const t0 = performance.now();
+  // The pool images and the chain of parents check out before anything runs.
+  const reader = await ImageReader.open(image);
+  const readers = [reader];
+  const loaders: PoolLoader[] = [];
+  // Closed here until the loader takes them.
+  let parents: ImageReader[] | undefined;
+  let fds: RestoreFds | undefined;
+  try {
+    const chain = await openChain(reader);
+    parents = chain.parents;
+    const criu = findCriu(opts.criu);
+    const dir = join(reader.path, CRIU_DIR);
+    if (reader.manifest.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
+      throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
+    const info = readProcessInfo(dir);
+    const members = info.members!;
+    for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
+    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
+    for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
+    await pidsFree(info.tree!);
+    readers.forEach((r, i) => {
+      const taken = r.manifest.devices.map((d) => d.uuid);
+      checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
+    });
+    fds = restoreFds(dir, info);
+
+    // The pool images are decompressed while CRIU brings the processes back:
+    // neither waits for the other.
+    parents = undefined; // the first loader's now
+    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
+    const restored = await restoreWithCriu(criu, dir, info, fds.inherit, !!opts.detach, reader.path);
+    fds.close();
+    const criuSeconds = (performance.now() - t0) / 1000;
+    try {
+      await Promise.all(loaders.map((l) => l.whenReady()));
+    } catch (e) {
+      // Without their GPU data the processes cannot run, and they hold the
+      // PIDs another restore needs: they are ended (the image is as it was).
+      endProcess(info.pid);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`);
+    }
+    const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
+    const failed = resumed.findIndex((r) => r.status === 'rejected');
+    if (failed >= 0) {
+      const e = (resumed[failed] as PromiseRejectedResult).reason as Error;
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
+    }
+    const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
+    const seconds = (performance.now() - t0) / 1000;
+    const c0 = performance.now();
+    const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
+    await Promise.all(loaders.splice(0).map((l) => l.close()));
+    const summary: ProcessRestoreSummary = {
+      image: reader.path,
+      pid: info.pid,
+      members,
+      criuSeconds: round(criuSeconds),
+      loadSeconds: round(loadSeconds),
+      resume,
+      ...(others.length ? { others } : {}),
+      ...(fds.appended.length ? { appended: fds.appended } : {}),
+      seconds: round(seconds),
+      cleanupSeconds: round((performance.now() - c0) / 1000),
+    };
+    if (!opts.detach) {
+      const end = await waitAsForeground(restored.done, info.pid);
+      summary.exitCode = end.code;
+      summary.signal = end.signal;
+    }
+    return summary;
+  } finally {
+    fds?.close();
+    await Promise.all((parents ?? []).map((p) => p.close()));
+    await Promise.all(loaders.map((l) => l.close()));
+    await Promise.all(readers.map((r) => r.close()));
+  }
+}
+
+/**
+ * Waits for an attached restore's job as a shell waits for a foreground
+ * job: a terminal's Ctrl-C or Ctrl-\ is the job's to act on, not this
+ * command's (it reaches the job directly); a SIGTERM or SIGHUP sent to
+ * this command is passed on to the job.
+ */
+async function waitAsForeground(done: Promise<ChildExit>, pid: number): Promise<ChildExit> {
+  const ignore = () => undefined;
+  const pass = (sig: NodeJS.Signals) => () => {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // ended already
+    }
+  };
+  const onTerm = pass('SIGTERM');
+  const onHup = pass('SIGHUP');
+  process.on('SIGINT', ignore).on('SIGQUIT', ignore).on('SIGTERM', onTerm).on('SIGHUP', onHup);
+  try {
+    return await done;
+  } finally {
+    process.off('SIGINT', ignore).off('SIGQUIT', ignore).off('SIGTERM', onTerm).off('SIGHUP', onHup);
+  }
+}
+
+/**
+ * `criu restore` of dir: returns once the processes are back (CRIU wrote
+ * the pidfile, or, detached, exited), with CRIU's exit to come (attached:
+ * when the application ends).
+ */
+async function restoreWithCriu(criu: Criu, dir: string, info: ProcessInfo, inherit: InheritedFd[], detach: boolean, image: string): Promise<{ done: Promise<ChildExit> }> {
+  const pidFile = join(dir, `restore-${process.pid}.pid`);
+  const child = criuRestore(criu, dir, { detach, shellJob: info.shellJob, terminal: !!info.terminal, pidFile, inherit });
+  let exited: ChildExit | undefined;
+  const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
+  // Restored once CRIU wrote the pidfile (attached) or exited (detached).
+  while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
+  if (detach) await done;
+  if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
+  rmSync(pidFile, { force: true });
+  // Wrapped: an async function returning the promise itself would wait for it.
+  return { done };
+}
+
+/**
+ * Refuses while a PID of the tree is taken: CRIU restores each process
+ * under its own. A process that ended but is not reaped yet (its parent,
+ * often init, will) is waited for a little.
+ */
+async function pidsFree(tree: number[]): Promise<void> {
+  for (let waited = 0; ; waited += 50) {
+    const busy = tree.find((p) => isAlive(p));
+    if (busy === undefined) return;
+    const ended = runningStartTime(busy) === undefined;
+    if (!ended || waited >= ZOMBIE_WAIT_MS)
+      throw new GpuckptError(
+        'PID_IN_USE',
+        ended
+          ? `process ${busy} has ended but its parent has not reaped it, so its PID is not free: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}`
+          : `process ${busy} is running: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}, which must be free`,
+      );
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const ZOMBIE_WAIT_MS = 3000;
+
+type ChildExit = { code: number | null; signal: string | null };
+
+/** SIGKILL to a process this restore brought back (gone already: nothing to do). */
+function endProcess(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // ESRCH: it ended on its own
+  }
+}
+
+/** An image restores only onto the chip type it was taken on. */
+function refuseOtherChip(imageGpus: string[], targetName: string | undefined): void {
+  const host = native().listGpus();
+  const want = targetName ?? host[0]?.name;
+  const taken = imageGpus[0];
+  if (taken && want && taken !== want)
+    throw new GpuckptError('OTHER_CHIP', `the image was taken on ${taken}; this GPU is ${want}: restore it on the same chip type`);
+}

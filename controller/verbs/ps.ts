@@ -1,0 +1,83 @@
+/** Processes running under gpuckpt: every live control socket of this user. */
+import { readdirSync, unlinkSync } from 'node:fs';
+import { ShimSession } from '../adapters/session.js';
+import { commandLine, isAlive } from '../adapters/processes.js';
+import { ownRunDir, socketPath } from '../adapters/run-dir.js';
+import type { OutsidePool } from '../../native/index.js';
+
+export interface ProcessRow {
+  pid: number;
+  command: string[];
+  poolState: 'active' | 'not-yet' | 'disabled' | 'suspended' | 'half-restored';
+  poolBase: bigint;
+  sliceSize: bigint;
+  gate: 'open' | 'closed';
+  /** Driver calls the application made through the gate since it started. */
+  driverCalls: bigint;
+  devices: { device: number; bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
+  outsidePool: OutsidePool;
+  error?: string;
+}
+
+const POOL_STATES = ['not-yet', 'active', 'disabled', 'suspended', 'half-restored'] as const;
+
+export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]> {
+  let names: string[];
+  try {
+    names = readdirSync(runDir);
+  } catch {
+    return [];
+  }
+  const pids = names
+    .map((n) => n.match(/^([0-9]+)\.sock$/))
+    .filter((m): m is RegExpMatchArray => !!m)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+  const rows: ProcessRow[] = [];
+  for (const pid of pids) {
+    if (!isAlive(pid)) {
+      // The process died without its exit handlers (SIGKILL): tidy up.
+      try {
+        unlinkSync(socketPath(runDir, pid));
+      } catch {
+        /* already gone */
+      }
+      continue;
+    }
+    rows.push(await describe(pid));
+  }
+  return rows;
+}
+
+async function describe(pid: number): Promise<ProcessRow> {
+  const base: ProcessRow = {
+    pid,
+    command: commandLine(pid),
+    poolState: 'not-yet',
+    poolBase: 0n,
+    sliceSize: 0n,
+    gate: 'open',
+    driverCalls: 0n,
+    devices: [],
+    outsidePool: { managed: 0n, streamOrdered: 0n, host: 0n, unrouted: 0n },
+  };
+  let session: ShimSession | undefined;
+  try {
+    session = await ShimSession.open(pid);
+    const st = await session.status();
+    return {
+      ...base,
+      poolState: POOL_STATES[st.poolState] ?? 'not-yet',
+      poolBase: session.hello.poolBase,
+      sliceSize: session.hello.sliceSize,
+      gate: st.gateClosed ? 'closed' : 'open',
+      driverCalls: st.gatedCalls,
+      devices: st.devices.map((d, i) => ({ device: i, ...d })),
+      outsidePool: st.outsidePool,
+    };
+  } catch (e) {
+    return { ...base, error: (e as Error).message };
+  } finally {
+    session?.close();
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * Restore into a running process (`restore SNAP --into PID`): the image's
+ * pool data is written back at identical addresses, rolling the process's
+ * GPU state back to the checkpoint.
+ *
+ * Nothing in the process is touched until the image has been verified and
+ * its layout matched against the process: every frame is decompressed (zstd
+ * checksums) before the pause, and the process's live allocations must be
+ * exactly the image's, checked again once the process is paused.
+ */
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { faultPoint } from '../base/faults.js';
+import { ImageReader, type Manifest } from '../image/index.js';
+import { ShimSession } from '../adapters/session.js';
+import { PoolLoader } from '../engine/pool-loader.js';
+import { formatBytes, hex, round } from '../base/units.js';
+import { DEFAULT_LEASE_MS, PoolState, type AllocEntry, type HelloReply } from '../../native/index.js';
+
+export interface RollbackOptions {
+  stagingLimit?: bigint;
+  workers?: number;
+  leaseMs?: number;
+  progress?: boolean;
+}
+
+export interface RollbackSummary {
+  image: string;
+  pid: number;
+  rawBytes: number;
+  seconds: number;
+  pauseSeconds: number;
+  copySeconds: number;
+  copyGBps: number;
+  ringMode: boolean;
+}
+
+export async function restoreInto(imagePath: string, pid: number, opts: RollbackOptions = {}): Promise<RollbackSummary> {
+  const t0 = performance.now();
+  const reader = await ImageReader.open(imagePath);
+  let session: ShimSession | undefined;
+  let loader: PoolLoader | undefined;
+  try {
+    const m = reader.manifest;
+    session = await ShimSession.open(pid);
+    checkPoolLayout(m, session.hello, pid);
+    checkAllocations(m, await session.listAllocations(), pid);
+    loader = await PoolLoader.prepare(session, reader, opts);
+
+    const pauseStart = performance.now();
+    await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS, true);
+    let copySeconds = 0;
+    try {
+      // The process may have changed its allocations since the first look.
+      checkAllocations(m, await session.listAllocations(), pid);
+    } catch (e) {
+      await session.resume().catch(() => undefined); // nothing written yet
+      throw e;
+    }
+    try {
+      copySeconds = await loader.copyIn(session);
+    } catch (e) {
+      // Part of the image may be in the pool: the shim keeps the process
+      // held rather than let it compute on a mix (and lets it go if no byte
+      // was written). Say which.
+      session.close();
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${await afterCutRollback(pid, reader.path)}`);
+    }
+    faultPoint('reopen');
+    await session.resume();
+    const pauseSeconds = (performance.now() - pauseStart) / 1000;
+    const raw = Number(m.data.rawBytes);
+    return {
+      image: reader.path,
+      pid,
+      rawBytes: raw,
+      seconds: round((performance.now() - t0) / 1000),
+      pauseSeconds: round(pauseSeconds, 4),
+      copySeconds: round(copySeconds, 4),
+      copyGBps: round(raw / 1e9 / Math.max(copySeconds, 1e-9), 2),
+      ringMode: !loader.fits,
+    };
+  } finally {
+    session?.close();
+    await loader?.close();
+    await reader.close();
+  }
+}
+
+/** What a rollback cut off during its copies left the process in, in words. */
+async function afterCutRollback(pid: number, image: string): Promise<string> {
+  try {
+    const again = await ShimSession.open(pid);
+    try {
+      const st = await again.settledStatus((s) => s.poolState === PoolState.HALF_RESTORED || !s.gateClosed);
+      if (st?.poolState === PoolState.HALF_RESTORED)
+        return `process ${pid} stays paused with part of the image in its pool: run gpuckpt restore ${image} --into ${pid} again (or end it)`;
+      return st ? `process ${pid} runs on untouched` : `process ${pid} is still paused (gpuckpt ps)`;
+    } finally {
+      again.close();
+    }
+  } catch {
+    return `process ${pid} could not be asked how it stands (gpuckpt ps)`;
+  }
+}
+
+export function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {
+  const mismatch = (what: string, image: string, proc: string): never => {
+    throw new GpuckptError('LAYOUT_MISMATCH', `image pool layout does not match process ${pid}: ${what} is ${image} in the image, ${proc} in the process`);
+  };
+  if (m.pool.base !== hello.poolBase) mismatch('pool base', hex(m.pool.base), hex(hello.poolBase));
+  if (m.pool.sliceSize !== hello.sliceSize) mismatch('per-device pool size', formatBytes(m.pool.sliceSize), formatBytes(hello.sliceSize));
+  if (m.pool.deviceCount > hello.deviceCount) mismatch('device count', String(m.pool.deviceCount), String(hello.deviceCount));
+}
+
+/** The process must hold exactly the image's allocations: same devices, addresses, sizes. */
+export function checkAllocations(m: Manifest, live: AllocEntry[], pid: number): void {
+  const key = (a: { device: number; addr: bigint; size: bigint }) => `${a.device}:${a.addr}:${a.size}`;
+  const liveKeys = new Set(live.map(key));
+  const imageKeys = new Set(m.allocations.map(key));
+  const missing = m.allocations.find((a) => !liveKeys.has(key(a)));
+  if (missing)
+    throw new GpuckptError('LAYOUT_MISMATCH', `image layout does not match process ${pid}: the image's allocation at ${hex(missing.addr)} (${formatBytes(missing.size)}, device ${missing.device}) is not live in the process`);
+  const extra = live.find((a) => !imageKeys.has(key(a)));
+  if (extra)
+    throw new GpuckptError('LAYOUT_MISMATCH', `image layout does not match process ${pid}: the process has an allocation at ${hex(extra.addr)} (${formatBytes(extra.size)}, device ${extra.device}) that the image does not`);
+}
