@@ -110,3 +110,32 @@ export function criuRestore(
 export function criuRestoreError(dir: string): string {
   return firstError(join(dir, 'restore.log'));
 }
+
+/** How a process that CRIU restored attached ended. */
+export type ChildExit = { code: number | null; signal: string | null };
+
+/**
+ * `criu restore` of the image's dir: returns once the processes are back
+ * (CRIU wrote the pidfile, or, detached, exited), with CRIU's exit to come
+ * (attached: when the application ends).
+ */
+export async function criuRestoreTree(
+  criu: Criu,
+  dir: string,
+  image: string,
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[] },
+): Promise<{ done: Promise<ChildExit> }> {
+  const { detach } = opts;
+  const pidFile = join(dir, `restore-${process.pid}.pid`);
+  const child = criuRestore(criu, dir, { ...opts, pidFile });
+  let exited: ChildExit | undefined;
+  const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
+  // Restored once CRIU wrote the pidfile (attached) or exited (detached).
+  while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
+  if (detach) await done;
+  if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
+  rmSync(pidFile, { force: true });
+  // Wrapped: an async function returning the promise itself would wait for it.
+  return { done };
+}

@@ -71,3 +71,60 @@ export function hasShimLoaded(pid: number): boolean {
     return false;
   }
 }
+
+/**
+ * Refuses while a PID of the tree is taken: CRIU restores each process
+ * under its own. A process that ended but is not reaped yet (its parent,
+ * often init, will) is waited for a little.
+ */
+export async function waitPidsFree(tree: number[]): Promise<void> {
+  for (let waited = 0; ; waited += 50) {
+    const busy = tree.find((p) => isAlive(p));
+    if (busy === undefined) return;
+    const ended = runningStartTime(busy) === undefined;
+    if (!ended || waited >= ZOMBIE_WAIT_MS)
+      throw new GpuckptError(
+        'PID_IN_USE',
+        ended
+          ? `process ${busy} has ended but its parent has not reaped it, so its PID is not free: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}`
+          : `process ${busy} is running: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}, which must be free`,
+      );
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const ZOMBIE_WAIT_MS = 3000;
+
+/** SIGKILL to a process this command started or brought back (gone already: nothing to do). */
+export function killProcess(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // ESRCH: it ended on its own
+  }
+}
+
+/**
+ * Waits for done, the end of pid (a job this command runs attached), as a
+ * shell waits for a foreground job: a terminal's Ctrl-C or Ctrl-\ is the job's to act on, not this
+ * command's (it reaches the job directly); a SIGTERM or SIGHUP sent to
+ * this command is passed on to the job.
+ */
+export async function waitAsForeground<T>(done: Promise<T>, pid: number): Promise<T> {
+  const ignore = () => undefined;
+  const pass = (sig: NodeJS.Signals) => () => {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // ended already
+    }
+  };
+  const onTerm = pass('SIGTERM');
+  const onHup = pass('SIGHUP');
+  process.on('SIGINT', ignore).on('SIGQUIT', ignore).on('SIGTERM', onTerm).on('SIGHUP', onHup);
+  try {
+    return await done;
+  } finally {
+    process.off('SIGINT', ignore).off('SIGQUIT', ignore).off('SIGTERM', onTerm).off('SIGHUP', onHup);
+  }
+}

@@ -93,3 +93,12 @@ export function checkGpuRoom(pid: number, needs: GpuNeed[] | undefined, current:
     );
   }
 }
+
+/** An image restores only onto the chip type it was taken on. */
+export function refuseOtherChip(imageGpus: string[], targetName: string | undefined): void {
+  const host = native().listGpus();
+  const want = targetName ?? host[0]?.name;
+  const taken = imageGpus[0];
+  if (taken && want && taken !== want)
+    throw new GpuckptError('OTHER_CHIP', `the image was taken on ${taken}; this GPU is ${want}: restore it on the same chip type`);
+}

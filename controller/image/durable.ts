@@ -2,8 +2,9 @@
  * Making files durable before an image is published under its name: a
  * rename is atomic, but only what was fsynced before it survives a crash.
  */
+import { existsSync, renameSync, rmSync } from 'node:fs';
 import { open, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 /** fsync of a directory: its entries (files created, renamed) survive a crash. */
 export async function fsyncDir(dir: string): Promise<void> {
@@ -37,4 +38,11 @@ export async function syncTree(dir: string): Promise<void> {
     }),
   );
   await fsyncDir(dir);
+}
+
+/** The complete image at work becomes target (replacing an image there with force). */
+export async function publishImage(work: string, target: string, force: boolean): Promise<void> {
+  if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
+  renameSync(work, target);
+  await fsyncDir(dirname(target));
 }

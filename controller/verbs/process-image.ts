@@ -17,27 +17,26 @@
  * opened), decompressed while CRIU ran. The image is read, never consumed.
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
-import { freemem } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import type { CheckpointOptions } from '../engine/pool-image.js';
-import { criuDump, criuRestore, criuRestoreError, findCriu, type Criu, type InheritedFd } from '../adapters/criu.js';
-import { planDump } from '../engine/dump-plan.js';
+import { criuDump, criuRestoreTree, findCriu } from '../adapters/criu.js';
+import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { faultPoint } from '../base/faults.js';
+import type { Phases } from '../base/phase-clock.js';
+import { round } from '../base/units.js';
+import { planDump } from '../engine/dump-plan.js';
+import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
+import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
+import { resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
+import type { CheckpointOptions } from '../engine/pool-image.js';
+import { PoolLoader } from '../engine/pool-loader.js';
+import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
+import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
+import { fsyncDir, publishImage, syncTree } from '../image/durable.js';
 import { ImageReader, removeStaleTempDirs } from '../image/index.js';
-import { fsyncDir, syncTree } from '../image/durable.js';
 import { osErrorText } from '../image/os-error.js';
 import { tempDirName } from '../image/temp-dirs.js';
-import { faultPoint } from '../base/faults.js';
-import { isAlive, runningStartTime } from '../adapters/processes.js';
-import { PoolLoader } from '../engine/pool-loader.js';
-import { checkGpuRoom, readGpuNeeds } from '../engine/gpu-room.js';
-import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
-import { gpuPairs, resolveGpu, resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
-import { round } from '../base/units.js';
-import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
-import type { Phases } from '../base/phase-clock.js';
-import { native } from '../../native/index.js';
 
 const CRIU_DIR = 'criu';
 /** The pool images of a job's other CUDA processes, by PID. */
@@ -118,7 +117,7 @@ export async function checkpointProcess(
       const s0 = performance.now();
       await makeDurable(work, pid, true);
       const syncSeconds = (performance.now() - s0) / 1000;
-      await publish(work, target, !!opts.force);
+      await publishImage(work, target, !!opts.force);
       return summaryOf({
         rawBytes: left.image.poolBytes,
         storedBytes: left.image.storedBytes,
@@ -141,21 +140,20 @@ export async function checkpointProcess(
   const suspendStart = performance.now();
   const suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
   const d0 = performance.now();
-  const resumeAll = () => Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: true, image }).then(() => undefined, (e: unknown) => e)));
-  try {
+    try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
     criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
     writeProcessInfo(join(work, CRIU_DIR), info);
   } catch (e) {
     // The processes are still there (frozen): bring them back, then drop the
     // half image (kept if a process could not come back: it holds its data).
-    const failures = await resumeAll();
+    const failures = await resumeMembers(images);
     const stays = [...images].filter((_, i) => failures[i] !== undefined).map(([m, image]) => `process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`);
     if (!stays.length) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
     throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.length ? stays.join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
-  const resumeFailure = opts.leaveRunning ? (await resumeAll()).find((f) => f !== undefined) : undefined;
+  const resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
   const runsAgain = performance.now();
   if (others.length) {
     mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
@@ -166,7 +164,7 @@ export async function checkpointProcess(
   const s0 = performance.now();
   await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
   const syncSeconds = (performance.now() - s0) / 1000;
-  await publish(work, target, !!opts.force);
+  await publishImage(work, target, !!opts.force);
   if (resumeFailure) throw resumeFailure;
   const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
   return summaryOf({
@@ -178,41 +176,6 @@ export async function checkpointProcess(
     syncSeconds: round(syncSeconds),
     ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - pauseStart, 4), route: 'host' as const, whyThroughHost } : {}),
   });
-}
-
-/** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */
-function stagingShare(limit: bigint | undefined, n: number): { stagingLimit?: bigint } {
-  return n > 1 ? { stagingLimit: (limit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n) } : {};
-}
-
-/**
- * Suspends every member into its image, all at once. If one fails, those
- * that were suspended are resumed and the first failure is thrown: the
- * job runs on as it was.
- */
-async function suspendMembers(images: Map<number, string>, opts: CheckpointOptions): Promise<SuspendSummary[]> {
-  const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
-  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
-  const back = await Promise.all(
-    [...images].map(([m, image], i) =>
-      results[i]!.status === 'fulfilled'
-        ? resumeProcess(m, { keepImage: true, image }).then(
-            () => (rmSync(image, { recursive: true, force: true }), ''),
-            () => `; process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`,
-          )
-        : '',
-    ),
-  );
-  const e = failed.reason as Error;
-  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${e.message}${back.join('')}`);
-}
-
-/** The complete image at work becomes target (replacing an image there with force). */
-async function publish(work: string, target: string, force: boolean): Promise<void> {
-  if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
-  renameSync(work, target);
-  await fsyncDir(dirname(target));
 }
 
 /**
@@ -279,7 +242,7 @@ export async function restoreProcess(
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
-    await pidsFree(info.tree!);
+    await waitPidsFree(info.tree!);
     readers.forEach((r, i) => {
       const taken = r.manifest.devices.map((d) => d.uuid);
       checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
@@ -290,7 +253,7 @@ export async function restoreProcess(
     // neither waits for the other.
     parents = undefined; // the first loader's now
     for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
-    const restored = await restoreWithCriu(criu, dir, info, fds.inherit, !!opts.detach, reader.path);
+    const restored = await criuRestoreTree(criu, dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit });
     fds.close();
     const criuSeconds = (performance.now() - t0) / 1000;
     try {
@@ -298,7 +261,7 @@ export async function restoreProcess(
     } catch (e) {
       // Without their GPU data the processes cannot run, and they hold the
       // PIDs another restore needs: they are ended (the image is as it was).
-      endProcess(info.pid);
+      killProcess(info.pid);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`);
     }
     const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
@@ -338,90 +301,3 @@ export async function restoreProcess(
   }
 }
 
-/**
- * Waits for an attached restore's job as a shell waits for a foreground
- * job: a terminal's Ctrl-C or Ctrl-\ is the job's to act on, not this
- * command's (it reaches the job directly); a SIGTERM or SIGHUP sent to
- * this command is passed on to the job.
- */
-async function waitAsForeground(done: Promise<ChildExit>, pid: number): Promise<ChildExit> {
-  const ignore = () => undefined;
-  const pass = (sig: NodeJS.Signals) => () => {
-    try {
-      process.kill(pid, sig);
-    } catch {
-      // ended already
-    }
-  };
-  const onTerm = pass('SIGTERM');
-  const onHup = pass('SIGHUP');
-  process.on('SIGINT', ignore).on('SIGQUIT', ignore).on('SIGTERM', onTerm).on('SIGHUP', onHup);
-  try {
-    return await done;
-  } finally {
-    process.off('SIGINT', ignore).off('SIGQUIT', ignore).off('SIGTERM', onTerm).off('SIGHUP', onHup);
-  }
-}
-
-/**
- * `criu restore` of dir: returns once the processes are back (CRIU wrote
- * the pidfile, or, detached, exited), with CRIU's exit to come (attached:
- * when the application ends).
- */
-async function restoreWithCriu(criu: Criu, dir: string, info: ProcessInfo, inherit: InheritedFd[], detach: boolean, image: string): Promise<{ done: Promise<ChildExit> }> {
-  const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const child = criuRestore(criu, dir, { detach, shellJob: info.shellJob, terminal: !!info.terminal, pidFile, inherit });
-  let exited: ChildExit | undefined;
-  const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
-  // Restored once CRIU wrote the pidfile (attached) or exited (detached).
-  while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
-  if (detach) await done;
-  if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
-  rmSync(pidFile, { force: true });
-  // Wrapped: an async function returning the promise itself would wait for it.
-  return { done };
-}
-
-/**
- * Refuses while a PID of the tree is taken: CRIU restores each process
- * under its own. A process that ended but is not reaped yet (its parent,
- * often init, will) is waited for a little.
- */
-async function pidsFree(tree: number[]): Promise<void> {
-  for (let waited = 0; ; waited += 50) {
-    const busy = tree.find((p) => isAlive(p));
-    if (busy === undefined) return;
-    const ended = runningStartTime(busy) === undefined;
-    if (!ended || waited >= ZOMBIE_WAIT_MS)
-      throw new GpuckptError(
-        'PID_IN_USE',
-        ended
-          ? `process ${busy} has ended but its parent has not reaped it, so its PID is not free: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}`
-          : `process ${busy} is running: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}, which must be free`,
-      );
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-const ZOMBIE_WAIT_MS = 3000;
-
-type ChildExit = { code: number | null; signal: string | null };
-
-/** SIGKILL to a process this restore brought back (gone already: nothing to do). */
-function endProcess(pid: number): void {
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    // ESRCH: it ended on its own
-  }
-}
-
-/** An image restores only onto the chip type it was taken on. */
-function refuseOtherChip(imageGpus: string[], targetName: string | undefined): void {
-  const host = native().listGpus();
-  const want = targetName ?? host[0]?.name;
-  const taken = imageGpus[0];
-  if (taken && want && taken !== want)
-    throw new GpuckptError('OTHER_CHIP', `the image was taken on ${taken}; this GPU is ${want}: restore it on the same chip type`);
-}
