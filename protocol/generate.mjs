@@ -207,24 +207,24 @@ function codec() {
     '  return Napi::String::New(env, s);',
     '}',
     '',
-    '}  // namespace',
-    '',
-    'bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {',
-    '  switch (type) {',
   ];
-  for (const [name, , req] of MESSAGES) {
-    out.push(`    case GPCK_${name}: {`);
-    if (req) out.push(...encodeStruct(structs.get(req), 'args', '      '));
-    out.push('      return true;', '    }');
+  // One encoder per request struct and one decoder per reply struct, shared by the messages that use them.
+  const requests = [...new Set(MESSAGES.map((m) => m[2]).filter(Boolean))];
+  const replies = [...new Set(MESSAGES.map((m) => m[3]).filter(Boolean))];
+  for (const name of requests) {
+    out.push(`bool Encode_${name}(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {`);
+    out.push(...encodeStruct(structs.get(name), 'args', '  '), '  return true;', '}', '');
   }
+  for (const name of replies) {
+    out.push(`void Decode_${name}(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {`, `  if (b.size() < sizeof(gpck_${name})) return;`);
+    out.push(`  const auto* r = reinterpret_cast<const gpck_${name}*>(b.data());`);
+    out.push(...decodeStruct(structs.get(name), 'r', 'o', 'b.size()').map((l) => `  ${l}`), '}', '');
+  }
+  out.push('}  // namespace', '', 'bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {', '  switch (type) {');
+  for (const [name, , req] of MESSAGES) out.push(`    case GPCK_${name}:`, `      return ${req ? `Encode_${req}(args, out, err)` : 'true'};`);
   out.push('    default:', '      err = "unknown request type " + std::to_string(type);', '      return false;', '  }', '}', '');
   out.push('Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>& b) {', '  Napi::Object o = Napi::Object::New(env);', '  switch (type) {');
-  for (const [name, , , rep] of MESSAGES) {
-    if (!rep) continue;
-    out.push(`    case GPCK_${name}:`, `      if (b.size() >= sizeof(gpck_${rep})) {`, `        const auto* r = reinterpret_cast<const gpck_${rep}*>(b.data());`);
-    out.push(...decodeStruct(structs.get(rep), 'r', 'o', 'b.size()').map((l) => `        ${l}`));
-    out.push('      }', '      break;');
-  }
+  for (const [name, , , rep] of MESSAGES) if (rep) out.push(`    case GPCK_${name}:`, `      Decode_${rep}(env, b, o);`, '      break;');
   out.push('    default:', '      break;', '  }', '  return o;', '}', '', '}  // namespace gpuckpt', '');
   return out.join('\n');
 }

@@ -940,7 +940,7 @@ describe('reader refuses damaged images, each with its own code', () => {
 describe('codec pool', () => {
   it('closing with frames queued waits for the frames being decoded, drops the rest, and leaves nothing to reject', async () => {
     // The pool's worker is the built one (dist/), as the CLI runs it.
-    const { CodecPool } = await import(new URL('../dist/controller/codec-pool.js', import.meta.url).href);
+    const { CodecPool } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);
     const raw = pseudoRandom(8 << 20, 5);
     const good = compressFrame(raw);
     const pool = new CodecPool(2);

@@ -14,7 +14,7 @@ import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_CHAIN_LENGTH } from './format.js';
 import { AllocationBlocks } from './blocks.js';
 import { hex } from './manifest-check.js';
-import type { AllocationRecord, FrameRecord, Manifest } from './manifest.js';
+import type { AllocationRecord, FrameRecord, Manifest } from './manifest-types.js';
 import { ImageReader } from './reader.js';
 
 /**

@@ -21,7 +21,7 @@ export type {
   OutsidePoolBytes,
   ParentRecord,
   PoolLayout,
-} from './manifest.js';
+} from './manifest-types.js';
 export { checkManifest, type ManifestCheck } from './manifest-check.js';
 export { compressFrame, decompressFrame } from './frame-codec.js';
 export { ImageWriter, type ImageWriterOptions } from './writer.js';

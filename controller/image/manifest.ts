@@ -41,18 +41,6 @@ export {
   MAX_MANIFEST_PAYLOAD,
 } from './format.js';
 
-export type {
-  AllocationRecord,
-  BlockDigests,
-  DataSection,
-  DeviceRecord,
-  FrameRecord,
-  ImageSource,
-  Manifest,
-  OutsidePoolBytes,
-  ParentRecord,
-  PoolLayout,
-} from './manifest-types.js';
 
 // useRecords:false keeps the payload plain msgpack maps (readable by any msgpack
 // tool, no shared-structure state). Addresses and sizes are BigInt: msgpackr

@@ -26,7 +26,8 @@ import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { hex } from './manifest-check.js';
 import { decompressFrame } from './frame-codec.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
-import { decodeManifest, type FrameRecord, type Manifest } from './manifest.js';
+import { decodeManifest } from './manifest.js';
+import type { FrameRecord, Manifest } from './manifest-types.js';
 import { osErrorText } from './os-error.js';
 import { faultPoint } from '../base/faults.js';
 
