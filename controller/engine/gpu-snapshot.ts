@@ -28,7 +28,7 @@ import { basename, dirname, join } from 'node:path';
 import { readParent, writePoolImage, type CheckpointOptions, type CheckpointSummary } from './pool-image.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
 import { criuDump, type Criu } from '../adapters/criu.js';
-import { driverFreeze, driverState, driverThaw } from '../adapters/driver-checkpoint.js';
+import { driverState, driverThaw } from '../adapters/driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import { measureGpuNeeds, writeGpuNeeds, type GpuNeed } from './gpu-room.js';

@@ -23,7 +23,6 @@ import { GpuckptError } from '../base/errors.js';
 import { checkManifest } from './manifest-check.js';
 import type { Manifest } from './manifest-types.js';
 import {
-  DATA_FILE,
   FORMAT_VERSION,
   MANIFEST_HEADER_LENGTH,
   MANIFEST_MAGIC,
