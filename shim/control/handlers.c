@@ -97,8 +97,6 @@ static uint64_t run_again(struct gp_client *c)
 
 static int handle_hello(struct gp_request *r)
 {
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gpck_hello_rep *rep = r->reply;
     struct gp_shim_info info;
     gp_shim_info(&info);
@@ -115,9 +113,9 @@ static int handle_hello(struct gp_request *r)
         .quantum = GP_QUANTUM,
         .chunk_size = cfg->chunk_size,
     };
-    if (len != sizeof(struct gpck_hello_req))
+    const struct gpck_hello_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_hello_req *req = payload;
     return req->client_version == GPCK_PROTOCOL_VERSION ? 0 : -EPROTONOSUPPORT;
 }
 
@@ -178,12 +176,10 @@ static int handle_devices(struct gp_request *r)
 static int handle_quiesce(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gpck_quiesce_rep *rep = r->reply;
-    if (len != sizeof(struct gpck_quiesce_req))
+    const struct gpck_quiesce_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_quiesce_req *req = payload;
     if (req->flags & ~GPCK_QUIESCE_ROLLBACK)
         return -EINVAL;
     if (gate_holder)
@@ -231,11 +227,11 @@ static int handle_resume(struct gp_request *r)
     return 0;
 }
 
-static int read_suspend_req(const void *payload, uint32_t len, const struct gpck_suspend_req **out)
+static int read_suspend_req(const struct gp_request *r, const struct gpck_suspend_req **out)
 {
-    if (len != sizeof(struct gpck_suspend_req))
+    const struct gpck_suspend_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_suspend_req *req = payload;
     if (!memchr(req->image, 0, sizeof(req->image)))
         return -ENAMETOOLONG;
     if ((req->flags & ~(GPCK_SUSPEND_HOLD_STAGING | GPCK_SUSPEND_HOLD_PEER)) ||
@@ -248,11 +244,9 @@ static int read_suspend_req(const void *payload, uint32_t len, const struct gpck
 static int handle_suspend_pool(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gpck_pool_rep *rep = r->reply;
     const struct gpck_suspend_req *req;
-    int err = read_suspend_req(payload, len, &req);
+    int err = read_suspend_req(r, &req);
     if (err)
         return err;
     if (gate_holder != c || suspension != RUNNING)
@@ -301,10 +295,8 @@ static int handle_suspend_pool(struct gp_request *r)
 
 static int handle_drop_held(struct gp_request *r)
 {
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     const struct gpck_suspend_req *req;
-    int err = read_suspend_req(payload, len, &req);
+    int err = read_suspend_req(r, &req);
     if (err)
         return err;
     if (suspension != SUSPENDED)
@@ -347,13 +339,11 @@ static int handle_remap_pool(struct gp_request *r)
 
 static int handle_list_allocs(struct gp_request *r)
 {
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     void *reply = r->reply;
     uint32_t *reply_len = &r->reply_len;
-    if (len != sizeof(struct gpck_list_req))
+    const struct gpck_list_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_list_req *req = payload;
     uint32_t max = req->max_entries;
     uint32_t room = (GPCK_MAX_MESSAGE - sizeof(struct gpck_header) - sizeof(struct gpck_list_rep)) /
                     sizeof(struct gpck_alloc_entry);
@@ -411,14 +401,12 @@ static int map_staging(struct gp_client *c, const struct gpck_staging_req *req, 
 static int handle_staging_map(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gp_fds_in *given = r->given;
     struct gpck_staging_rep *rep = r->reply;
     struct gp_fds *send = &r->send;
-    if (len != sizeof(struct gpck_staging_req))
+    const struct gpck_staging_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_staging_req *req = payload;
     const uint32_t kinds = GPCK_STAGING_HELD | GPCK_STAGING_PRIVATE | GPCK_STAGING_GIVEN;
     if ((req->flags & ~(kinds | GPCK_STAGING_READY | GPCK_STAGING_UNPINNED)) ||
         __builtin_popcount(req->flags & kinds) > 1 ||
@@ -594,10 +582,9 @@ static int copy_between(struct gp_request *r)
 {
     struct gp_client *c = r->client;
     bool to_host = r->type == GPCK_COPY_OUT;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gpck_copy_rep *rep = r->reply;
-    const struct gpck_copy_req *req = payload;
+    const struct gpck_copy_req *req = r->payload;
+    uint32_t len = r->len;
     if (len < sizeof(*req) || req->count > GPCK_MAX_COPY_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_copy_range))
         return -EPROTO;
@@ -674,11 +661,10 @@ static int handle_staging_unmap(struct gp_request *r)
 static int handle_block_digest(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gpck_digest_rep *rep = r->reply;
     uint32_t *reply_len = &r->reply_len;
-    const struct gpck_digest_req *req = payload;
+    const struct gpck_digest_req *req = r->payload;
+    uint32_t len = r->len;
     if (len < sizeof(*req) || req->count > GPCK_MAX_DIGEST_RANGES ||
         len != sizeof(*req) + req->count * sizeof(struct gpck_digest_range))
         return -EPROTO;
@@ -736,10 +722,8 @@ static void close_live_window(struct gp_client *c)
 static int handle_live_window(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
-    const struct gpck_live_req *req = payload;
-    if (len != sizeof(*req) || req->open > 1 || req->reserved)
+    const struct gpck_live_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req || req->open > 1 || req->reserved)
         return -EPROTO;
     if (!req->open) {
         close_live_window(c);
@@ -806,13 +790,11 @@ static int peer_adopt(const struct gpck_peer_req *req, struct gp_fds_in *given, 
 static int handle_peer_hold(struct gp_request *r)
 {
     struct gp_client *c = r->client;
-    const void *payload = r->payload;
-    uint32_t len = r->len;
     struct gp_fds_in *given = r->given;
     struct gpck_peer_rep *rep = r->reply;
-    if (len != sizeof(struct gpck_peer_req))
+    const struct gpck_peer_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
         return -EPROTO;
-    const struct gpck_peer_req *req = payload;
     *rep = (struct gpck_peer_rep){ 0 };
     uint32_t way = req->flags & ~GPCK_PEER_COMPLETES;
     if ((way & (way - 1)) || (way & ~(GPCK_PEER_INTO_POOL | GPCK_PEER_MIRROR | GPCK_PEER_ADOPT)) ||

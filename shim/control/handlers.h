@@ -3,6 +3,7 @@
 #ifndef GPUCKPT_CONTROL_HANDLERS_H
 #define GPUCKPT_CONTROL_HANDLERS_H
 
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -43,6 +44,12 @@ struct gp_request {
     uint32_t reply_len;          /* preset to the reply struct's size (messages.gen.h); a longer reply sets it */
     struct gp_fds send;          /* fds the reply passes (none by default) */
 };
+
+/* The payload of a fixed-size request, or NULL when its length is not size. */
+static inline const void *gp_request_payload(const struct gp_request *r, size_t size)
+{
+    return r->len == size ? r->payload : NULL;
+}
 
 /* Handles one request by its handler (handle_<name>, listed in
  * messages.gen.h from protocol/messages.mjs). Returns the reply's status:
