@@ -201,3 +201,15 @@ describe('restore: each step failing', () => {
     expect(json(cli(['inspect', out, '--json']).stdout).verified).toBe(true);
   });
 });
+
+describe('the production CLI', () => {
+  it('has no fault injector: the test switches change nothing without it', async () => {
+    const { app, R } = await start();
+    const out = box.path('no-injector');
+    const r = cli(['checkpoint', String(app.pid), '--gpu-only', '-o', out], { NODE_OPTIONS: '', GPUCKPT_TEST_FAULT: 'compress,image-write', GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessLock:1' });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(cli(['restore', out, '--into', String(app.pid)], { NODE_OPTIONS: '', GPUCKPT_TEST_FAULT: 'image-read,reopen' }).code).toBe(0);
+    await runsWith(app, R);
+  });
+});

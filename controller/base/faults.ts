@@ -1,14 +1,10 @@
 /**
- * Test-only fault injection, so tests can prove that every failure leaves
- * the application running or the image valid, on the fake driver and on a
- * real one alike:
- * - GPUCKPT_TEST_FAULT=step[,step...] makes each named step of the
- *   controller's own fail as if the system had failed it;
- * - GPUCKPT_TEST_DRIVER_FAULT=fn:n[,fn:n...] makes the n-th call of the
- *   driver's process checkpoint function fn (cuCheckpointProcessLock, ...)
- *   return CUDA_ERROR_UNKNOWN. The shim reads the same variable in the
- *   application for the driver calls it makes for the controller
- *   (shim/testing/test_faults.h, in the test build of the shim only).
+ * Fault points: the steps where tests make the controller fail as if the
+ * system had failed it, to prove every failure leaves the application
+ * running or the image valid. Production installs no injector, so each
+ * point does nothing; the test build's injector
+ * (test/helpers/fault-injector.mjs, loaded with node --import) reads
+ * GPUCKPT_TEST_FAULT and GPUCKPT_TEST_DRIVER_FAULT.
  */
 import { GpuckptError } from './errors.js';
 
@@ -21,18 +17,25 @@ import { GpuckptError } from './errors.js';
  */
 export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen' | 'copy-back';
 
-export function faultPoint(step: FaultStep): void {
-  const spec = process.env.GPUCKPT_TEST_FAULT;
-  if (spec && spec.split(',').includes(step)) throw new GpuckptError('INJECTED_FAULT', `injected fault at ${step} (GPUCKPT_TEST_FAULT)`);
+export interface FaultInjector {
+  /** Why this step fails now (named in the error), or undefined. */
+  failStep(step: FaultStep): string | undefined;
+  /** True when this call of the driver's checkpoint function fn fails. */
+  failDriverCall(fn: string): boolean;
 }
 
-const driverCalls = new Map<string, number>();
+let injector: FaultInjector | undefined;
 
-/** True when this call of driver function fn is the one GPUCKPT_TEST_DRIVER_FAULT fails. */
+export function installFaultInjector(i: FaultInjector): void {
+  injector = i;
+}
+
+export function faultPoint(step: FaultStep): void {
+  const why = injector?.failStep(step);
+  if (why) throw new GpuckptError('INJECTED_FAULT', `injected fault at ${step} (${why})`);
+}
+
+/** True when the installed injector fails this call of driver function fn. */
 export function driverFaultDue(fn: string): boolean {
-  const spec = process.env.GPUCKPT_TEST_DRIVER_FAULT;
-  if (!spec) return false;
-  const nth = (driverCalls.get(fn) ?? 0) + 1;
-  driverCalls.set(fn, nth);
-  return spec.split(',').some((entry) => entry === `${fn}:${nth}`);
+  return injector?.failDriverCall(fn) ?? false;
 }

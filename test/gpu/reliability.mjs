@@ -20,10 +20,12 @@
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 export async function runReliability(h) {
   const { ROOT, App, test, Skip, failure, sleep, cliCommand, track, cliJson, expectSame, launchViaFifo, gpuMemoryOf, snapPath, measure } = h;
-  const env = process.env;
+  // The CLI with its test-only fault injector (test/helpers/fault-injector.mjs).
+  const env = { ...process.env, NODE_OPTIONS: `--import=${pathToFileURL(path.join(ROOT, 'test', 'helpers', 'fault-injector.mjs')).href}` };
   const FAKE_CRIU = path.join(ROOT, 'test', 'fake-criu', 'criu');
   const hasCriu = () => spawnSync('criu', ['--version']).status === 0;
 

@@ -8,6 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { AppDriver, type AppEvent } from '../../controller/adapters/app-driver.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
@@ -16,6 +17,8 @@ export const TEST_BUILD = join(ROOT, 'build', 'test');
 export const FAKE_LIB = join(TEST_BUILD, 'fake');
 /** The shim with its test-only fault injection (shim/testing): GPUCKPT_SHIM for applications whose driver calls a test fails. */
 export const FAULTS_SHIM = { GPUCKPT_SHIM: join(TEST_BUILD, 'shim', 'libgpuckpt.so') };
+/** The CLI with its test-only fault injector (GPUCKPT_TEST_FAULT, GPUCKPT_TEST_DRIVER_FAULT); every test's CLI runs with it. */
+export const FAULTS_CLI = { NODE_OPTIONS: `--import=${pathToFileURL(join(ROOT, 'test', 'helpers', 'fault-injector.mjs')).href}` };
 export const APPS = {
   linked: join(TEST_BUILD, 'pool_app_linked'),
   procAddress: join(TEST_BUILD, 'pool_app_dlopen'),
@@ -46,7 +49,7 @@ export class Sandbox {
 
   /** Staging pieces of 64 KiB, so the small pools of these tests still copy across piece boundaries. */
   env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-    return { ...process.env, LD_LIBRARY_PATH: FAKE_LIB, GPUCKPT_RUN_DIR: this.runDir, GPUCKPT_LOG: 'error', GPUCKPT_STAGING_PIECE: '64K', GPUCKPT_STAGING_FILE: '1M', ...extra };
+    return { ...process.env, LD_LIBRARY_PATH: FAKE_LIB, GPUCKPT_RUN_DIR: this.runDir, GPUCKPT_LOG: 'error', GPUCKPT_STAGING_PIECE: '64K', GPUCKPT_STAGING_FILE: '1M', ...FAULTS_CLI, ...extra };
   }
 
   cli(args: string[], extra: Record<string, string> = {}): { code: number | null; stdout: string; stderr: string } {
