@@ -37,7 +37,7 @@ export function findCriu(given?: string): Criu {
  * consequences ("Dumping FAILED"). Its RLIMIT_NOFILE complaint, which CRIU
  * makes and survives as an unprivileged user, is no cause.
  */
-export function firstError(log: string): string {
+function firstError(log: string): string {
   try {
     const line = readFileSync(log, 'utf8')
       .split('\n')
@@ -94,21 +94,17 @@ export interface InheritedFd {
  * SIGINT and SIGQUIT, which a terminal sends the restored job itself (the
  * job's own dispositions come back from the image).
  */
-export function criuRestore(
+function criuRestore(
   criu: Criu,
   dir: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args?: string[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[] },
 ): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, ...(opts.args ?? [])];
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile];
   if (opts.detach) args.push('--restore-detached');
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
   const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
   return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)] });
-}
-
-export function criuRestoreError(dir: string): string {
-  return firstError(join(dir, 'restore.log'));
 }
 
 /** How a process that CRIU restored attached ended. */
@@ -134,7 +130,7 @@ export async function criuRestoreTree(
   while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
   if (detach) await done;
   if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${criuRestoreError(dir)} (log: ${join(dir, 'restore.log')})`);
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${join(dir, 'restore.log')})`);
   rmSync(pidFile, { force: true });
   // Wrapped: an async function returning the promise itself would wait for it.
   return { done };

@@ -93,6 +93,14 @@ export function openFiles(pid: number): OpenFile[] {
   return out.sort((a, b) => a.fd - b.fd);
 }
 
+const O_ACCMODE = 3;
+const O_WRONLY = 1;
+
+/** True for open(2) flags of a file opened write-only. */
+export function isWriteOnly(flags: number): boolean {
+  return (flags & O_ACCMODE) === O_WRONLY;
+}
+
 /** Character devices pid maps, by path (/dev/zero, which stands for shared anonymous memory, left out). */
 export function mappedDevices(pid: number): string[] {
   let maps: string;
@@ -110,7 +118,7 @@ export function mappedDevices(pid: number): string[] {
   return [...out];
 }
 
-export function isCharDevice(path: string): boolean {
+function isCharDevice(path: string): boolean {
   try {
     return statSync(path).isCharacterDevice();
   } catch {
@@ -148,9 +156,10 @@ export function holdersOf(targets: Set<string>, skip: Set<number>): Map<string, 
       } catch {
         continue;
       }
-      if (!targets.has(target)) continue;
+      const holders = out.get(target) ?? [];
+      if (!targets.has(target) || holders.some((q) => q.pid === pid)) continue;
       const p = describe(pid);
-      if (p && !(out.get(target) ?? []).some((q) => q.pid === pid)) out.set(target, [...(out.get(target) ?? []), p]);
+      if (p) out.set(target, [...holders, p]);
     }
   }
   return out;

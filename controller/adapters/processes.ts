@@ -82,13 +82,10 @@ export async function waitPidsFree(tree: number[]): Promise<void> {
     const busy = tree.find((p) => isAlive(p));
     if (busy === undefined) return;
     const ended = runningStartTime(busy) === undefined;
-    if (!ended || waited >= ZOMBIE_WAIT_MS)
-      throw new GpuckptError(
-        'PID_IN_USE',
-        ended
-          ? `process ${busy} has ended but its parent has not reaped it, so its PID is not free: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}`
-          : `process ${busy} is running: CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}, which must be free`,
-      );
+    if (!ended || waited >= ZOMBIE_WAIT_MS) {
+      const how = `CRIU restores ${tree.length > 1 ? "the job's processes under their own PIDs" : 'a process under its own PID'}`;
+      throw new GpuckptError('PID_IN_USE', ended ? `process ${busy} has ended but its parent has not reaped it, so its PID is not free: ${how}` : `process ${busy} is running: ${how}, which must be free`);
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
 }

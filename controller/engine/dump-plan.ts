@@ -22,7 +22,7 @@ import { release } from 'node:os';
 import type { Criu } from '../adapters/criu.js';
 import { GpuckptError } from '../base/errors.js';
 import { describeInet, inetSockets, type InetSocket } from '../adapters/inet-sockets.js';
-import { holdersOf, inodeOf, mappedDevices, openFiles, readTree, type OpenFile, type TreeProcess } from '../adapters/process-tree.js';
+import { holdersOf, inodeOf, isWriteOnly, mappedDevices, openFiles, readTree, type OpenFile, type TreeProcess } from '../adapters/process-tree.js';
 import { hasShimLoaded } from '../adapters/processes.js';
 import { processRunDir, socketPath } from '../adapters/run-dir.js';
 import { formatBytes } from '../base/units.js';
@@ -49,8 +49,6 @@ export interface DumpPlan {
   notes: string[];
 }
 
-const O_ACCMODE = 3;
-const O_WRONLY = 1;
 const GPU_DEVICE = /^\/dev\/(nvidia|dri\/|kfd)/;
 const NVIDIA_DEVICE = /^\/dev\/nvidia/;
 const CRIU_DEFAULT_GHOST_LIMIT = 1 << 20;
@@ -70,7 +68,7 @@ function who(p: TreeProcess): string {
   return `process ${p.pid} (${p.comm})`;
 }
 
-export function isMember(pid: number): boolean {
+function isMember(pid: number): boolean {
   const dir = processRunDir(pid);
   return !!dir && existsSync(socketPath(dir, pid));
 }
@@ -131,7 +129,7 @@ export function planDump(root: number, criu: Criu, criuOpts: string[] = []): Dum
     }
     let inet: Map<number, InetSocket> | undefined;
     for (const f of files.get(p.pid)!) {
-      if (f.target.startsWith('/dev/') && GPU_DEVICE.test(f.target) && !(member && NVIDIA_DEVICE.test(f.target)))
+      if (GPU_DEVICE.test(f.target) && !(member && NVIDIA_DEVICE.test(f.target)))
         throw new GpuckptError('CRIU_CANNOT', usesGpuOutside(p, f.target));
       if (f.target.startsWith('/dev/infiniband/'))
         throw new GpuckptError('CRIU_CANNOT', `${who(p)} has ${f.target} open (RDMA), which CRIU cannot save`);
@@ -194,7 +192,7 @@ function checkOutsideEnds(
       const ino = inodeOf(f.target, 'pipe');
       if (ino === undefined) continue;
       const e = pipeEnds.get(ino) ?? { read: false, write: false };
-      if ((f.flags & O_ACCMODE) === O_WRONLY) e.write = true;
+      if (isWriteOnly(f.flags)) e.write = true;
       else e.read = true;
       pipeEnds.set(ino, e);
     }

@@ -23,18 +23,25 @@ export async function suspendMembers(images: Map<number, string>, opts: Checkpoi
   const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
-  const back = await Promise.all(
-    [...images].map(([m, image], i) =>
-      results[i]!.status === 'fulfilled'
-        ? resumeProcess(m, { keepImage: true, image }).then(
-            () => (rmSync(image, { recursive: true, force: true }), ''),
-            () => `; process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`,
-          )
-        : '',
-    ),
-  );
+  const suspended = new Map([...images].filter((_, i) => results[i]!.status === 'fulfilled'));
+  const stays = await resumeAfterFailure(suspended);
+  for (const [m, image] of suspended) if (!stays.has(m)) rmSync(image, { recursive: true, force: true });
   const e = failed.reason as Error;
-  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${e.message}${back.join('')}`);
+  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', [e.message, ...stays.values()].join('; '));
+}
+
+/**
+ * Resumes every member from its image, all at once, after a failure: for
+ * each that could not come back, a note of where its pool stays (its
+ * image must then be kept).
+ */
+export async function resumeAfterFailure(images: Map<number, string>): Promise<Map<number, string>> {
+  const failures = await resumeMembers(images);
+  const stays = new Map<number, string>();
+  [...images].forEach(([m, image], i) => {
+    if (failures[i] !== undefined) stays.set(m, `process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`);
+  });
+  return stays;
 }
 
 /** Resumes every member from its image, all at once: each one's failure, or undefined. */

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { isatty } from 'node:tty';
 import type { InheritedFd } from '../adapters/criu.js';
 import { criuRegularFiles } from '../adapters/criu-files.js';
+import { isWriteOnly } from '../adapters/process-tree.js';
 import type { ExternalStdio } from './dump-plan.js';
 import { GpuckptError } from '../base/errors.js';
 import { formatBytes } from '../base/units.js';
@@ -58,8 +59,6 @@ export interface RestoreFds {
   close(): void;
 }
 
-const O_ACCMODE = 3;
-
 /**
  * The fds CRIU takes from this command, after checking the files it will
  * reopen; throws, touching nothing, when the restore cannot work.
@@ -71,7 +70,7 @@ export function restoreFds(criuDir: string, info: ProcessInfo): RestoreFds {
   const out: RestoreFds = { inherit: [], appended: [], close: () => opened.splice(0).forEach((fd) => closeSync(fd)) };
   try {
     for (const f of criuRegularFiles(criuDir)) {
-      const writeOnly = (f.flags & O_ACCMODE) === constants.O_WRONLY;
+      const writeOnly = isWriteOnly(f.flags);
       let size: bigint | undefined;
       try {
         size = BigInt(statSync(f.path).size);

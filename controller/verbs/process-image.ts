@@ -27,7 +27,7 @@ import { round } from '../base/units.js';
 import { planDump } from '../engine/dump-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
-import { resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
+import { resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
@@ -114,9 +114,7 @@ export async function checkpointProcess(
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
-      const s0 = performance.now();
-      await makeDurable(work, pid, true);
-      const syncSeconds = (performance.now() - s0) / 1000;
+      const syncSeconds = await makeDurable(work, pid, true);
       await publishImage(work, target, !!opts.force);
       return summaryOf({
         rawBytes: left.image.poolBytes,
@@ -140,17 +138,16 @@ export async function checkpointProcess(
   const suspendStart = performance.now();
   const suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
   const d0 = performance.now();
-    try {
+  try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
     criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
     writeProcessInfo(join(work, CRIU_DIR), info);
   } catch (e) {
     // The processes are still there (frozen): bring them back, then drop the
     // half image (kept if a process could not come back: it holds its data).
-    const failures = await resumeMembers(images);
-    const stays = [...images].filter((_, i) => failures[i] !== undefined).map(([m, image]) => `process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`);
-    if (!stays.length) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
-    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.length ? stays.join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}`);
+    const stays = await resumeAfterFailure(images);
+    if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
+    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
   const resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
@@ -161,9 +158,7 @@ export async function checkpointProcess(
   }
   // CRIU leaves its files to the page cache; the pool images are durable
   // already, and the image is published only once CRIU's part is too.
-  const s0 = performance.now();
-  await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
-  const syncSeconds = (performance.now() - s0) / 1000;
+  const syncSeconds = await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
   await publishImage(work, target, !!opts.force);
   if (resumeFailure) throw resumeFailure;
   const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
@@ -179,16 +174,18 @@ export async function checkpointProcess(
 }
 
 /**
- * fsync of CRIU's files in work. If that fails the image is not published:
- * a process left running loses nothing (work is removed); one CRIU ended
- * has no other copy, so work is kept and named.
+ * fsync of CRIU's files in work; the seconds it took. If that fails the
+ * image is not published: a process left running loses nothing (work is
+ * removed); one CRIU ended has no other copy, so work is kept and named.
  */
-async function makeDurable(work: string, pid: number, leftRunning: boolean): Promise<void> {
+async function makeDurable(work: string, pid: number, leftRunning: boolean): Promise<number> {
+  const t0 = performance.now();
   try {
     faultPoint('criu-sync');
     await syncTree(join(work, CRIU_DIR));
     if (existsSync(join(work, MEMBERS_DIR))) await fsyncDir(join(work, MEMBERS_DIR));
     await fsyncDir(work);
+    return (performance.now() - t0) / 1000;
   } catch (e) {
     if (leftRunning) rmSync(work, { recursive: true, force: true });
     const where = leftRunning ? `process ${pid} runs on; no image written` : `process ${pid} is gone; its image is kept, not known durable, at ${work}`;

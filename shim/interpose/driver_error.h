@@ -1,6 +1,6 @@
 /* The first driver call that failed while a request was served, so that
  * its reply can name the call and its CUresult instead of a bare -EIO
- * (GPCK_ERROR_TEXT in gpuckpt_protocol.h). One record for the process:
+ * (GPCK_REPLY_ERROR_TEXT in gpuckpt_protocol.h). One record for the process:
  * requests are served one at a time, and the copy workers of a request
  * fail on its behalf. */
 #ifndef GPUCKPT_DRIVER_ERROR_H

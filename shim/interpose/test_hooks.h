@@ -4,8 +4,8 @@
  * in the application's environment makes the n-th call (1-based) of driver
  * function fn that the shim makes on its control thread fail once with
  * CUDA_ERROR_UNKNOWN. The application's own calls are never failed or
- * counted. The controller reads the same variable for its own driver calls
- * (controller/base/faults.ts). */
+ * counted. The controller's test injector reads the same variable for its
+ * own driver calls (test/helpers/fault-injector.mjs). */
 #ifndef GPUCKPT_TEST_HOOKS_H
 #define GPUCKPT_TEST_HOOKS_H
 

@@ -45,7 +45,7 @@ import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 
 export async function runLaunch(h) {
-  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say } = h;
+  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running } = h;
   const criuMissing = () => spawnSync('criu', ['--version']).status !== 0 && 'criu not on PATH (source .device/setup.sh)';
   const APP = process.env.GPU_TEST_LAUNCH_APP ?? path.join(BIN_DIR, 'static_cudart');
   const twoGpus = gpuUuids().length >= 2;
@@ -60,17 +60,9 @@ export async function runLaunch(h) {
     }
     started.clear();
   };
-  const alive = (pid) => {
-    try {
-      process.kill(pid, 0);
-      return fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0] !== 'Z';
-    } catch {
-      return false;
-    }
-  };
   const waitGone = async (pid, what) => {
-    for (let i = 0; i < 400 && alive(pid); i++) await sleep(25);
-    if (alive(pid)) throw failure(`${what}: process ${pid} still runs`);
+    for (let i = 0; i < 400 && running(pid); i++) await sleep(25);
+    if (running(pid)) throw failure(`${what}: process ${pid} still runs`);
   };
   const sh = (s) => `'${String(s).replace(/'/g, `'\\''`)}'`;
 

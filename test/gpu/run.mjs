@@ -1414,7 +1414,7 @@ async function main() {
   }
   if (['launch'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runLaunch } = await import('./launch.mjs');
-    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say });
+    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running });
   }
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));
