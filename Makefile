@@ -9,13 +9,13 @@ BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include -Iprotoc
 SHIM_CFLAGS := $(BASE_CFLAGS) -fvisibility=hidden
 B := build
 
-# The shim's three parts (shim/README.md); shim/testing only in the test build.
-SHIM_SRC := $(wildcard shim/interpose/*.c shim/control/*.c shim/pool/*.c)
+# The shim's four parts (shim/README.md); shim/testing only in the test build.
+SHIM_SRC := $(wildcard shim/interpose/*.c shim/control/*.c shim/collective/*.c shim/pool/*.c)
 SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
 SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h)
 TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
-all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper
+all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-criu-compat.so
 
 $(B)/obj/%.o: %.c $(SHIM_HDR)
 	@mkdir -p $(dir $@)
@@ -31,6 +31,11 @@ $(B)/libgpuckpt.so: $(SHIM_OBJ)
 $(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -o $@ $< -ldl
+
+# Preloaded into CRIU older than 4.2 on Linux 6.16+ (native/criu-compat/criu_compat.c says why).
+$(B)/gpuckpt-criu-compat.so: native/criu-compat/criu_compat.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -shared -o $@ $< -ldl
 
 include test/test.mk
 

@@ -5,7 +5,8 @@
  * anything else is a bug and keeps its stack.
  */
 import { Command, CommanderError, Option } from 'commander';
-import { checkpointGpuOnly } from '../controller/verbs/checkpoint.js';
+import { checkpointJobGpuOnly, resumeJob, suspendJob } from '../controller/verbs/job.js';
+import { parseTarget } from '../controller/verbs/job-target.js';
 import { runDemo } from '../controller/verbs/demo.js';
 import { GpuckptError } from '../controller/base/errors.js';
 import { inspectImage } from '../controller/verbs/inspect.js';
@@ -15,12 +16,14 @@ import { restoreInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell } from '../controller/verbs/run-plan.js';
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
-import { resumeProcess, suspendProcess } from '../controller/engine/suspend.js';
 import { parseSize } from '../controller/base/units.js';
 import {
   inspectJson,
   printCheckpoint,
   printInspect,
+  printJobCheckpoint,
+  printJobResume,
+  printJobSuspend,
   printMigrate,
   printProcessCheckpoint,
   printProcesses,
@@ -89,9 +92,13 @@ function buildProgram(): Command {
     .description('start a program under the gpuckpt shim (it keeps its own PID, exit status and signals)')
     .option('--pool-size <size>', 'virtual size of the pool per GPU (default 256G)')
     .option('--pool-base <addr>', 'fixed virtual base address of the pool (default 0x600000000000)')
+    .option('--name <name>', 'name the job, for the verbs to take instead of its PID')
     .argument('<program...>', 'program and its arguments, after --')
-    .addHelpText('after', examples(['gpuckpt run -- ./train --epochs 10', 'gpuckpt run --pool-size 64G -- python3 serve.py']))
-    .action(async (command: string[], opts: { poolSize?: string; poolBase?: string }) => {
+    .addHelpText(
+      'after',
+      examples(['gpuckpt run -- ./train --epochs 10', 'gpuckpt run --pool-size 64G -- python3 serve.py', 'gpuckpt run --name ddp -- torchrun --standalone --nproc_per_node=2 train.py']),
+    )
+    .action(async (command: string[], opts: { poolSize?: string; poolBase?: string; name?: string }) => {
       // Reached only without bin/gpuckpt's exec (e.g. node dist/cli/main.js run).
       process.exitCode = await runWithoutExec(makeRunPlan(command, opts));
     });
@@ -109,7 +116,7 @@ function buildProgram(): Command {
 
   withTransferOptions(program.command('checkpoint'), 'compression')
     .description('save a running process: its GPU memory, and (without --gpu-only) the whole process with CRIU')
-    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .argument('<job>', 'process ID of an application started with gpuckpt run, or of a job\'s launcher (every rank), or a job\'s --name')
     .requiredOption('-o, --output <dir>', 'image directory to create')
     .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
     .option('--leave-running', 'whole-process image, and the process carries on afterwards')
@@ -132,14 +139,15 @@ function buildProgram(): Command {
       ]),
     )
     .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {
-      const pid = parsePid(pidText);
+      const pid = parseTarget(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
       const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
-        const summary = await checkpointGpuOnly(pid, opts.output, common);
+        const summary = await checkpointJobGpuOnly(pid, opts.output, common);
         if (opts.json) console.log(toJson(summary));
+        else if ('images' in summary) printJobCheckpoint(summary);
         else printCheckpoint(summary);
         return;
       }
@@ -179,28 +187,30 @@ function buildProgram(): Command {
   program
     .command('suspend')
     .description('free the GPU entirely while the process stays alive; its pool is held in host memory (or as an image with --to)')
-    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .argument('<job>', 'process ID of an application started with gpuckpt run, or of a job\'s launcher (every rank), or a job\'s --name')
     .option('--to <dir>', 'also write the pool as a compressed image to this directory, and hold it there instead of in memory')
     .option('--force', 'replace an existing image at --to')
     .option('--no-keep-driver', 'leave no driver keeper: the resume then pays the CUDA driver\'s cold start (0.3 s) when no other process uses the driver')
     .option('--json', 'print a JSON summary on stdout')
-    .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held']))
+    .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held', 'gpuckpt suspend ddp   # every rank of the job named ddp']))
     .action(async (pidText: string, opts: { to?: string; force?: boolean; keepDriver: boolean; json?: boolean }) => {
-      const s = await suspendProcess(parsePid(pidText), { to: opts.to, force: opts.force, keepDriver: opts.keepDriver, progress: showProgress(opts) });
+      const s = await suspendJob(parseTarget(pidText), { to: opts.to, force: opts.force, keepDriver: opts.keepDriver, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(s));
+      else if ('suspended' in s) printJobSuspend(s);
       else printSuspend(s);
     });
 
   program
     .command('resume')
     .description('bring a suspended process back onto a GPU, pool at identical addresses')
-    .argument('<pid>', 'process ID of a suspended application')
+    .argument('<job>', 'process ID of a suspended application, or of a job\'s launcher, or a job\'s --name')
     .option('--device <gpu>', 'GPU to resume on: this host\'s ordinal or a GPU UUID (default: where it was)')
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt resume 4242', 'gpuckpt resume 4242 --device 1']))
     .action(async (pidText: string, opts: { device?: string; json?: boolean }) => {
-      const r = await resumeProcess(parsePid(pidText), { device: opts.device, progress: showProgress(opts) });
+      const r = await resumeJob(parseTarget(pidText), { device: opts.device, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(r));
+      else if ('resumed' in r) printJobResume(r);
       else printResume(r);
     });
 
@@ -213,7 +223,7 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt migrate 4242 --to-device 1']))
     .action(async (pidText: string, opts: { toDevice: string; viaHost?: boolean; json?: boolean }) => {
-      const m = await migrateProcess(parsePid(pidText), opts.toDevice, { viaHost: opts.viaHost, progress: showProgress(opts) });
+      const m = await migrateProcess(parseTarget(pidText), opts.toDevice, { viaHost: opts.viaHost, progress: showProgress(opts) });
       if (opts.json) console.log(toJson(m));
       else printMigrate(m);
     });
@@ -252,8 +262,9 @@ function buildProgram(): Command {
         .configureOutput({ writeOut: () => undefined, writeErr: () => undefined })
         .option('--pool-size <size>')
         .option('--pool-base <addr>')
+        .option('--name <name>')
         .argument('[program...]');
-      let parsed: { command: string[]; opts: { poolSize?: string; poolBase?: string } } | undefined;
+      let parsed: { command: string[]; opts: { poolSize?: string; poolBase?: string; name?: string } } | undefined;
       sub.action((command: string[], opts) => {
         parsed = { command, opts };
       });

@@ -6,6 +6,7 @@ import type { RollbackSummary } from '../controller/verbs/rollback.js';
 import type { MigrateSummary } from '../controller/verbs/migrate.js';
 import type { ResumeSummary, SuspendSummary } from '../controller/engine/suspend.js';
 import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/verbs/process-image.js';
+import type { JobCheckpointSummary, JobResumeSummary, JobSuspendSummary } from '../controller/verbs/job.js';
 import { formatBytes, hex } from '../controller/base/units.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 
@@ -27,11 +28,13 @@ export function printProcesses(rows: ProcessRow[]): void {
     console.log('no processes running under gpuckpt');
     return;
   }
-  const header = ['PID', 'POOL BASE', 'SIZE/GPU', 'IN USE (per GPU)', 'OUTSIDE POOL', 'STATE', 'COMMAND'];
+  const header = ['PID', 'JOB', 'NCCL', 'POOL BASE', 'SIZE/GPU', 'IN USE (per GPU)', 'OUTSIDE POOL', 'STATE', 'COMMAND'];
   const table = rows.map((r) => {
     const outside = r.outsidePool.managed + r.outsidePool.streamOrdered + r.outsidePool.host + r.outsidePool.unrouted;
     return [
       String(r.pid),
+      r.job ? `${r.job.launcher}${r.job.name ? ` (${r.job.name})` : ''}` : '-',
+      r.nccl.length ? r.nccl.map((c) => `${c.rank}/${c.nranks}${c.down ? ' down' : ''}`).join(' ') : '-',
       r.error ? '-' : hex(r.poolBase),
       r.error ? '-' : formatBytes(r.sliceSize),
       r.error ? '-' : r.devices.map((d) => `${d.device}:${formatBytes(d.bytesInUse)}`).join(' ') || '-',
@@ -42,6 +45,16 @@ export function printProcesses(rows: ProcessRow[]): void {
   });
   const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
   for (const row of [header, ...table]) console.log(row.map((c, i) => (i === row.length - 1 ? c : c.padEnd(widths[i]!))).join('  '));
+  // Each job of several processes, in a line: the id its verbs take.
+  const jobs = new Map<number, ProcessRow[]>();
+  for (const r of rows) if (r.job) jobs.set(r.job.launcher, [...(jobs.get(r.job.launcher) ?? []), r]);
+  for (const [launcher, ranks] of jobs) {
+    if (ranks.length < 2 && ranks[0]!.pid === launcher) continue;
+    const gpus = [...new Set(ranks.flatMap((r) => r.devices.filter((d) => d.bytesMapped > 0n).map((d) => d.device)))].sort();
+    const pool = ranks.reduce((n, r) => n + r.devices.reduce((m, d) => m + d.bytesInUse, 0n), 0n);
+    const name = ranks[0]!.job!.name;
+    console.log(`job ${launcher}${name ? ` (${name})` : ''}: ${ranks.length} CUDA process(es) ${ranks.map((r) => r.pid).join(', ')}; GPUs ${gpus.join(', ') || '-'}; pool ${formatBytes(pool)} in use`);
+  }
 }
 
 export function printCheckpoint(s: CheckpointSummary): void {
@@ -105,6 +118,23 @@ export function printSuspend(s: SuspendSummary): void {
   const zeros = s.zeroBytes ? ` (${formatBytes(s.zeroBytes)} of it all zeros, left to be zeroed again)` : '';
   console.log(`process ${s.pid} suspended: its GPU is free; pool (${formatBytes(s.rawBytes)}) held ${where}${zeros}`);
   console.log(`  pool memory released after ${s.poolReleasedSeconds} s, GPU free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
+}
+
+export function printJobSuspend(s: JobSuspendSummary): void {
+  console.log(`job of process ${s.pid} suspended: CUDA in ${s.members.join(', ')}, every GPU free; ${s.communicators} NCCL communicator(s) torn down, made again at the resume`);
+  const pool = s.suspended.reduce((n, m) => n + m.rawBytes, 0);
+  console.log(`  ranks at a common collective boundary after ${s.cutSeconds} s, NCCL torn down in ${s.teardownSeconds} s; pools (${formatBytes(pool)}) held in host memory; GPUs free after ${s.gpuFreeSeconds} s; total ${s.seconds} s`);
+}
+
+export function printJobResume(r: JobResumeSummary): void {
+  const pool = r.resumed.reduce((n, m) => n + m.rawBytes, 0);
+  const where = [...new Set(r.resumed.map((m) => m.device).filter(Boolean))];
+  console.log(`job of process ${r.pid} resumed${where.length ? ` (GPU ${where.join(', ')} first)` : ''}: ${formatBytes(pool)} back in ${r.resumed.length} pool(s), ${r.communicators} NCCL communicator(s) made again in ${r.rebuildSeconds} s; total ${r.seconds} s`);
+}
+
+export function printJobCheckpoint(s: JobCheckpointSummary): void {
+  console.log(`checkpoint of the job of process ${s.pid} (CUDA in ${s.members.join(', ')}) written to ${s.image}`);
+  console.log(`  ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)}; ranks held at a common collective boundary after ${s.cutSeconds} s, for ${s.pauseSeconds} s in all; total ${s.seconds} s`);
 }
 
 export function printResume(r: ResumeSummary): void {

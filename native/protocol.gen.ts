@@ -1,7 +1,7 @@
 // Generated from protocol/messages.mjs by protocol/generate.mjs: do not edit.
 /* eslint-disable */
 
-export const PROTOCOL_VERSION = 13;
+export const PROTOCOL_VERSION = 14;
 
 /** Request types (enum gpck_type). */
 export const MessageType = {
@@ -21,6 +21,11 @@ export const MessageType = {
   BLOCK_DIGEST: 14,
   LIVE_WINDOW: 15,
   PEER_HOLD: 16,
+  NCCL_STATUS: 17,
+  NCCL_HOLD: 18,
+  NCCL_TEARDOWN: 19,
+  NCCL_NEW_ID: 20,
+  NCCL_REBUILD: 21,
 } as const;
 
 export const MAX_DEVICES = 16;
@@ -38,6 +43,10 @@ export const MAX_DIGESTS = 16000;
 export const MAX_DIGEST_RANGES = 1024;
 export const SuspendFlag = { HOLD_STAGING: 1, HOLD_PEER: 2 } as const;
 export const PeerFlag = { INTO_POOL: 1, COMPLETES: 2, MIRROR: 4, ADOPT: 8 } as const;
+export const MAX_COMMS = 64;
+export const CommFlag = { DOWN: 1, MULTI_DEVICE: 2 } as const;
+export const NcclFlag = { HELD: 1, REACHED: 2, HELD_BY_SENDER: 4 } as const;
+export const NcclHoldFlag = { RELEASE: 1 } as const;
 
 export interface HelloReply {
   version: number;
@@ -237,6 +246,59 @@ export interface PeerRequest {
   first: number;
 }
 
+export interface NcclComm {
+  /** the same in every process of the communicator */
+  key: bigint;
+  /** units completed on it */
+  ops: number;
+  target: number;
+  nranks: number;
+  rank: number;
+  device: number;
+  /** units under way that will count on it */
+  inflight: number;
+  /** ncclCommRegister buffers: a rebuild cannot carry them */
+  registrations: number;
+  /** ncclCommWindowRegister windows: likewise */
+  windows: number;
+  /** ncclRedOpCreatePreMulSum ops: likewise */
+  customOps: number;
+  /** GPCK_COMM_* */
+  flags: number;
+}
+
+export interface NcclReply {
+  /** units under way */
+  busy: number;
+  /** threads waiting at the cut */
+  waiting: number;
+  /** GPCK_NCCL_* */
+  flags: number;
+  /** ncclMemAlloc blocks outstanding: a rebuild cannot carry them */
+  memAllocations: number;
+  comms: NcclComm[];
+}
+
+export interface NcclTarget {
+  key: bigint;
+  target: number;
+}
+
+export interface NcclHoldRequest {
+  /** GPCK_NCCL_RELEASE, or 0: hold */
+  flags: number;
+  targets: NcclTarget[];
+}
+
+export interface NcclId {
+  id: Buffer;
+}
+
+export interface NcclRebuildRequest {
+  key: bigint;
+  id: Buffer;
+}
+
 /** Each message: what its request takes and its reply gives (undefined: no payload). */
 export interface Messages {
   HELLO: { request: HelloRequest; reply: HelloReply };
@@ -255,4 +317,9 @@ export interface Messages {
   BLOCK_DIGEST: { request: DigestRequest; reply: DigestReply };
   LIVE_WINDOW: { request: LiveRequest; reply: undefined };
   PEER_HOLD: { request: PeerRequest; reply: PeerReply };
+  NCCL_STATUS: { request: undefined; reply: NcclReply };
+  NCCL_HOLD: { request: NcclHoldRequest; reply: NcclReply };
+  NCCL_TEARDOWN: { request: undefined; reply: undefined };
+  NCCL_NEW_ID: { request: undefined; reply: NcclId };
+  NCCL_REBUILD: { request: NcclRebuildRequest; reply: undefined };
 }

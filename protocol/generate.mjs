@@ -126,6 +126,12 @@ function encodeStruct(s, obj, indent) {
     else if (flex && f.name === flex.count) lines.push(`v.${f.name} = ${flex.js}.Length();`);
     else if (f.as === 'skip') continue;
     else if (f.as === 'bool') lines.push(`v.${f.name} = ${obj}.Get("${f.js}").ToBoolean().Value() ? 1u : 0u;`);
+    else if (f.as === 'buffer') {
+      // A fixed array of bytes: a Buffer of exactly its length.
+      lines.push(`{`, `  Napi::Value b = ${obj}.Get("${f.js}");`);
+      lines.push(`  if (!b.IsBuffer() || b.As<Napi::Buffer<uint8_t>>().Length() != sizeof(v.${f.name})) {`, `    err = "${f.js} must be a Buffer of ${f.len} bytes";`, '    return false;', '  }');
+      lines.push(`  memcpy(v.${f.name}, b.As<Napi::Buffer<uint8_t>>().Data(), sizeof(v.${f.name}));`, '}');
+    }
     else if (f.as === 'string') {
       lines.push(`{`, `  std::string s = ${obj}.Get("${f.js}").ToString().Utf8Value();`);
       lines.push(`  if (s.size() >= sizeof(v.${f.name})) {`, `    err = "${f.max?.[1] ?? `${f.js} too long`}";`, '    return false;', '  }');
@@ -164,6 +170,8 @@ function decodeStruct(s, r, o, size) {
       // Exactly count elements, within the limit, or the field is left out.
       lines.push(`if (${r}->${f.count} <= ${f.max[0]} && ${size} == sizeof(*${r}) + ${r}->${f.count} * sizeof(${x}[0]))`);
       lines.push(`  ${target}.Set("${f.js}", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(${x}), ${r}->${f.count} * sizeof(${x}[0])));`);
+    } else if (f.as === 'buffer') {
+      lines.push(`${target}.Set("${f.js}", Napi::Buffer<uint8_t>::Copy(env, ${x}, sizeof(${x})));`);
     } else if (f.nested) {
       // A fixed array up to its count, or a flexible one: empty if the payload is short.
       const n = f.flex ? `(${size} >= sizeof(*${r}) + ${r}->${f.count} * sizeof(${x}[0]) ? ${r}->${f.count} : 0)` : `std::min<uint32_t>(${r}->${f.count}, ${f.len})`;
@@ -241,7 +249,7 @@ function tsInterface(s, dir) {
   for (const f of fs) {
     if (f.as === 'skip' || f.value || (dir === 'request' && f.name === flexCount)) continue;
     const t = f.nested ? `${tsName(f.nested)}[]` : TS_SCALAR[f.as];
-    const optional = dir === 'reply' && f.as === 'buffer' ? '?' : '';
+    const optional = dir === 'reply' && f.as === 'buffer' && f.flex ? '?' : '';
     const line = `${f.doc && !f.doc.includes('\n') ? `  /** ${f.doc} */\n` : ''}  ${f.js}${optional}: ${t};`;
     if (f.group && !bodies.has(pascal(f.group))) {
       bodies.set(pascal(f.group), []);

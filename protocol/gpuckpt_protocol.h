@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 13u
+#define GPCK_PROTOCOL_VERSION 14u
 
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
@@ -50,6 +50,11 @@ enum gpck_type {
     GPCK_BLOCK_DIGEST = 14,  /* gpck_digest_req -> gpck_digest_rep: a digest per block of a range */
     GPCK_LIVE_WINDOW = 15,   /* gpck_live_req -> (none): copy and digest while the application runs */
     GPCK_PEER_HOLD = 16,     /* gpck_peer_req -> gpck_peer_rep: + fds: copy pool chunks into another GPU's memory */
+    GPCK_NCCL_STATUS = 17,   /* (none) -> gpck_nccl_rep: the process's NCCL communicators and the cut */
+    GPCK_NCCL_HOLD = 18,     /* gpck_nccl_hold_req -> gpck_nccl_rep: hold the cut, raise its targets, or release it */
+    GPCK_NCCL_TEARDOWN = 19, /* (none) -> (none): destroy every communicator, at the cut */
+    GPCK_NCCL_NEW_ID = 20,   /* (none) -> gpck_nccl_id: a unique id for a communicator's rebuild */
+    GPCK_NCCL_REBUILD = 21,  /* gpck_nccl_rebuild_req -> (none): make one communicator again */
 };
 
 struct gpck_header {
@@ -419,6 +424,77 @@ struct gpck_peer_rep {
     uint64_t bytes;            /* copied by this request */
     uint64_t ns;
     uint64_t chunks_held;      /* of device, so far */
+};
+
+/* NCCL (shim/collective/): the communicators of one process that a
+ * status lists, and the targets one hold sets. The cut stops every rank
+ * of a job at the same collective boundary: NCCL_HOLD without targets
+ * makes every unit (a collective or point-to-point call outside a group,
+ * a group, making or ending a communicator) wait before it starts; with
+ * targets, units on a communicator pass while its count of units (ops)
+ * is below its target. The controller raises the targets of every rank
+ * to the highest ops + inflight of any, until all report no unit under
+ * way and ops == target (GPCK_NCCL_REACHED). Then NCCL_TEARDOWN destroys
+ * every communicator; after the checkpoint, each one's rank 0 process
+ * gives an NCCL_NEW_ID, NCCL_REBUILD makes it again on every rank at
+ * once, and NCCL_HOLD with GPCK_NCCL_RELEASE lets the job go on. The
+ * holder leaving releases the cut unless a communicator is torn down:
+ * the job then waits for a controller's rebuild (gpuckpt resume). NCCL_HOLD
+ * -EBUSY: another controller holds it. NCCL_TEARDOWN -EBUSY: the cut is
+ * not reached. NCCL_REBUILD -ENOENT: no such key; -EALREADY: it is up.
+ * Failures of NCCL itself: -EIO with an error text. */
+#define GPCK_MAX_COMMS 64u
+
+#define GPCK_COMM_DOWN 1u
+#define GPCK_COMM_MULTI_DEVICE 2u
+
+struct gpck_nccl_comm {
+    uint64_t key;              /* the same in every process of the communicator */
+    uint64_t ops;              /* units completed on it */
+    uint64_t target;
+    int32_t nranks;
+    int32_t rank;
+    int32_t device;
+    uint32_t inflight;         /* units under way that will count on it */
+    uint32_t registrations;    /* ncclCommRegister buffers: a rebuild cannot carry them */
+    uint32_t windows;          /* ncclCommWindowRegister windows: likewise */
+    uint32_t custom_ops;       /* ncclRedOpCreatePreMulSum ops: likewise */
+    uint32_t flags;            /* GPCK_COMM_* */
+};
+
+#define GPCK_NCCL_HELD 1u
+#define GPCK_NCCL_REACHED 2u
+#define GPCK_NCCL_HELD_BY_SENDER 4u
+
+struct gpck_nccl_rep {
+    uint32_t count;
+    uint32_t busy;             /* units under way */
+    uint32_t waiting;          /* threads waiting at the cut */
+    uint32_t flags;            /* GPCK_NCCL_* */
+    uint64_t mem_allocations;  /* ncclMemAlloc blocks outstanding: a rebuild cannot carry them */
+    struct gpck_nccl_comm comms[GPCK_MAX_COMMS];
+};
+
+#define GPCK_NCCL_RELEASE 1u
+
+struct gpck_nccl_target {
+    uint64_t key;
+    uint64_t target;
+};
+
+struct gpck_nccl_hold_req {
+    uint32_t flags;            /* GPCK_NCCL_RELEASE, or 0: hold */
+    uint32_t count;
+    struct gpck_nccl_target targets[];
+};
+
+struct gpck_nccl_id {
+    uint8_t id[128];
+};
+
+struct gpck_nccl_rebuild_req {
+    uint64_t key;
+    uint8_t id[128];
 };
 
 #endif

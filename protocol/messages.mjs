@@ -20,7 +20,7 @@
 //   max      (requests, flexible arrays) a limit, and the error beyond it
 //   doc      a comment for the C header (and the TypeScript type)
 
-export const VERSION = 13;
+export const VERSION = 14;
 
 export const INTRO = `The shim <-> controller protocol, generated from protocol/messages.mjs
 by protocol/generate.mjs: do not edit; change the table. Shared by the
@@ -60,6 +60,11 @@ export const MESSAGES = [
   ['BLOCK_DIGEST', 14, 'digest_req', 'digest_rep', 'a digest per block of a range'],
   ['LIVE_WINDOW', 15, 'live_req', null, 'copy and digest while the application runs'],
   ['PEER_HOLD', 16, 'peer_req', 'peer_rep', "+ fds: copy pool chunks into another GPU's memory", { fds: true }],
+  ['NCCL_STATUS', 17, null, 'nccl_rep', "the process's NCCL communicators and the cut"],
+  ['NCCL_HOLD', 18, 'nccl_hold_req', 'nccl_rep', 'hold the cut, raise its targets, or release it'],
+  ['NCCL_TEARDOWN', 19, null, null, 'destroy every communicator, at the cut'],
+  ['NCCL_NEW_ID', 20, null, 'nccl_id', "a unique id for a communicator's rebuild"],
+  ['NCCL_REBUILD', 21, 'nccl_rebuild_req', null, 'make one communicator again'],
 ];
 
 /** The header, in order: defines, enums, flags, structs, asserts and the message enum (kind 'messages'). */
@@ -505,4 +510,87 @@ room for them as a hold does. -EBUSY unless suspended.`,
       ['u64', 'chunks_held', { as: 'number', doc: 'of device, so far' }],
     ],
   },
+  {
+    kind: 'define',
+    name: 'GPCK_MAX_COMMS',
+    value: '64u',
+    js: 'maxComms',
+    doc: `NCCL (shim/collective/): the communicators of one process that a
+status lists, and the targets one hold sets. The cut stops every rank
+of a job at the same collective boundary: NCCL_HOLD without targets
+makes every unit (a collective or point-to-point call outside a group,
+a group, making or ending a communicator) wait before it starts; with
+targets, units on a communicator pass while its count of units (ops)
+is below its target. The controller raises the targets of every rank
+to the highest ops + inflight of any, until all report no unit under
+way and ops == target (GPCK_NCCL_REACHED). Then NCCL_TEARDOWN destroys
+every communicator; after the checkpoint, each one's rank 0 process
+gives an NCCL_NEW_ID, NCCL_REBUILD makes it again on every rank at
+once, and NCCL_HOLD with GPCK_NCCL_RELEASE lets the job go on. The
+holder leaving releases the cut unless a communicator is torn down:
+the job then waits for a controller's rebuild (gpuckpt resume). NCCL_HOLD
+-EBUSY: another controller holds it. NCCL_TEARDOWN -EBUSY: the cut is
+not reached. NCCL_REBUILD -ENOENT: no such key; -EALREADY: it is up.
+Failures of NCCL itself: -EIO with an error text.`,
+  },
+  {
+    kind: 'flags',
+    ts: 'CommFlag',
+    values: [
+      ['GPCK_COMM_DOWN', 1],
+      ['GPCK_COMM_MULTI_DEVICE', 2],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'nccl_comm',
+    ts: 'NcclComm',
+    fields: [
+      ['u64', 'key', { doc: 'the same in every process of the communicator' }],
+      ['u64', 'ops', { as: 'number', doc: 'units completed on it' }],
+      ['u64', 'target', { as: 'number' }],
+      ['i32', 'nranks'],
+      ['i32', 'rank'],
+      ['i32', 'device'],
+      ['u32', 'inflight', { doc: 'units under way that will count on it' }],
+      ['u32', 'registrations', { doc: 'ncclCommRegister buffers: a rebuild cannot carry them' }],
+      ['u32', 'windows', { doc: 'ncclCommWindowRegister windows: likewise' }],
+      ['u32', 'custom_ops', { doc: 'ncclRedOpCreatePreMulSum ops: likewise' }],
+      ['u32', 'flags', { doc: 'GPCK_COMM_*' }],
+    ],
+  },
+  {
+    kind: 'flags',
+    ts: 'NcclFlag',
+    values: [
+      ['GPCK_NCCL_HELD', 1],
+      ['GPCK_NCCL_REACHED', 2],
+      ['GPCK_NCCL_HELD_BY_SENDER', 4],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'nccl_rep',
+    fields: [
+      ['u32', 'count', { as: 'skip' }],
+      ['u32', 'busy', { doc: 'units under way' }],
+      ['u32', 'waiting', { doc: 'threads waiting at the cut' }],
+      ['u32', 'flags', { doc: 'GPCK_NCCL_*' }],
+      ['u64', 'mem_allocations', { as: 'number', doc: 'ncclMemAlloc blocks outstanding: a rebuild cannot carry them' }],
+      ['nccl_comm', 'comms', { len: 'GPCK_MAX_COMMS', count: 'count' }],
+    ],
+  },
+  { kind: 'flags', ts: 'NcclHoldFlag', values: [['GPCK_NCCL_RELEASE', 1]] },
+  { kind: 'struct', name: 'nccl_target', fields: [['u64', 'key'], ['u64', 'target', { as: 'number' }]] },
+  {
+    kind: 'struct',
+    name: 'nccl_hold_req',
+    fields: [
+      ['u32', 'flags', { doc: 'GPCK_NCCL_RELEASE, or 0: hold' }],
+      ['u32', 'count'],
+      ['nccl_target', 'targets', { flex: true, count: 'count', max: ['GPCK_MAX_COMMS', 'too many targets'] }],
+    ],
+  },
+  { kind: 'struct', name: 'nccl_id', fields: [['u8', 'id', { len: '128', as: 'buffer' }]] },
+  { kind: 'struct', name: 'nccl_rebuild_req', fields: [['u64', 'key'], ['u8', 'id', { len: '128', as: 'buffer' }]] },
 ];

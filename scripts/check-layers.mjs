@@ -6,7 +6,8 @@
 //   TypeScript: cli -> controller/verbs -> controller/engine ->
 //               controller/image, controller/adapters -> controller/base,
 //               native (the addon's typed face; protocol.gen.ts)
-//   C:          shim/testing -> shim/control -> shim/interpose -> shim/pool,
+//   C:          shim/testing -> shim/control -> shim/collective ->
+//               shim/interpose -> shim/pool,
 //               protocol (the generated header, the digest function)
 //
 // Usage: node scripts/check-layers.mjs [--graph]
@@ -26,8 +27,9 @@ const LAYERS = [
   ['controller/adapters/', 'adapters', 3],
   ['controller/base/', 'base', 1],
   ['native/', 'native', 2],
-  ['shim/testing/', 'testing', 5],
-  ['shim/control/', 'control', 4],
+  ['shim/testing/', 'testing', 6],
+  ['shim/control/', 'control', 5],
+  ['shim/collective/', 'collective', 4],
   ['shim/interpose/', 'interpose', 3],
   ['shim/pool/', 'pool', 2],
   ['protocol/', 'protocol', 1],

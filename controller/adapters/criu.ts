@@ -6,13 +6,31 @@
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { ownRunDir } from './run-dir.js';
+import { packageRoot } from '../../native/index.js';
 
 export interface Criu {
   path: string;
   version: string;
+  /** Preloaded into it: CRIU before 4.2 on Linux 6.16+ (native/criu-compat/criu_compat.c). */
+  compat?: string;
+}
+
+/** CRIU before 4.2 reads SO_PASSCRED from TCP and UDP sockets, which Linux refuses since 6.16. */
+function needsCompat(version: string): boolean {
+  const [maj = 0, min = 0] = release().split('.').map(Number);
+  const [cmaj = 0, cmin = 0] = version.split('.').map(Number);
+  return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2));
+}
+
+/** The environment CRIU runs in: ours, with the compat library preloaded where it is needed. */
+function criuEnv(criu: Criu): NodeJS.ProcessEnv {
+  if (!criu.compat) return process.env;
+  const preload = process.env.LD_PRELOAD;
+  return { ...process.env, LD_PRELOAD: preload ? `${criu.compat} ${preload}` : criu.compat };
 }
 
 export function findCriu(given?: string): Criu {
@@ -29,7 +47,8 @@ export function findCriu(given?: string): Criu {
   if (!m) throw new GpuckptError('NO_CRIU', `${path} does not look like CRIU (no version in its --version output)`);
   const version = `${m[1]}.${m[2]}${m[3] ? `.${m[3]}` : ''}`;
   if (Number(m[1]) < 4) throw new GpuckptError('NO_CRIU', `CRIU ${version} at ${path} is too old: 4.0 or newer is needed`);
-  return { path, version };
+  const compat = join(packageRoot(), 'build', 'gpuckpt-criu-compat.so');
+  return { path, version, ...(needsCompat(version) && existsSync(compat) ? { compat } : {}) };
 }
 
 /**
@@ -72,7 +91,7 @@ const KEPT_LOGS = 20;
 export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[] }): void {
   const args = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...opts.args];
   if (opts.leaveRunning) args.push('--leave-running');
-  const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', env: criuEnv(criu) });
   if (r.status !== 0) {
     const log = join(dir, 'dump.log');
     throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, root)})`);
@@ -97,14 +116,14 @@ export interface InheritedFd {
 function criuRestore(
   criu: Criu,
   dir: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args: string[] },
 ): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile];
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, ...opts.args];
   if (opts.detach) args.push('--restore-detached');
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
   const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
-  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)] });
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env: criuEnv(criu) });
 }
 
 /** How a process that CRIU restored attached ended. */
@@ -119,7 +138,7 @@ export async function criuRestoreTree(
   criu: Criu,
   dir: string,
   image: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[]; args: string[] },
 ): Promise<{ done: Promise<ChildExit> }> {
   const { detach } = opts;
   const pidFile = join(dir, `restore-${process.pid}.pid`);

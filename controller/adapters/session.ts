@@ -13,6 +13,7 @@ import {
   MAX_COPY_RANGES,
   MessageType,
   native,
+  NcclHoldFlag,
   PeerFlag,
   PoolState,
   QuiesceFlag,
@@ -26,6 +27,8 @@ import {
   type Messages,
   type NativeError,
   type NativeSession,
+  type NcclReply,
+  type NcclTarget,
   type PeerReply,
   type PoolReply,
   type StatusReply,
@@ -38,8 +41,14 @@ type Reply<K extends keyof Messages> = (Messages[K]['reply'] extends undefined ?
 interface SendOptions {
   timeoutMs?: number;
   codes?: Partial<Record<string, ErrorCode>>;
+  /** What an errno means for this request, where it differs from the usual reading. */
+  reasons?: Record<string, string>;
   fds?: number[];
 }
+
+/** NCCL's own calls (init, finalize) wait for every rank: longer than a plain request. */
+const NCCL_TIMEOUT_MS = 180_000;
+const NCCL_REASONS = { EIO: 'NCCL reported an error', EBUSY: 'its ranks are not at a common collective boundary', EPERM: 'this session does not hold its NCCL calls' };
 
 /** Most allocations listed per request (GPCK_MAX_LIST_ENTRIES caps it). */
 const LIST_PAGE = 4096;
@@ -134,7 +143,7 @@ export class ShimSession {
       try {
         return (await this.conn.request(MessageType[name], args ?? {}, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.fds)) as Reply<K>;
       } catch (e) {
-        throw mapError(e, this.pid, what, opts.codes);
+        throw mapError(e, this.pid, what, opts.codes, opts.reasons);
       }
     };
     const p = this.queue.then(run, run);
@@ -353,6 +362,34 @@ export class ShimSession {
     return this.request('REMAP_POOL', 'map the pool again', undefined, { codes: { ENOMEM: 'GPU_OUT_OF_MEMORY' } });
   }
 
+  /** The process's NCCL communicators and the state of the cut (GPCK_MAX_COMMS in gpuckpt_protocol.h). */
+  ncclStatus(): Promise<NcclReply> {
+    return this.request('NCCL_STATUS', 'NCCL status');
+  }
+
+  /** Holds the cut (no targets), or lets units pass on the communicators below their targets. */
+  ncclHold(targets: NcclTarget[] = []): Promise<NcclReply> {
+    return this.request('NCCL_HOLD', 'holding NCCL', { flags: 0, targets }, { reasons: { EBUSY: 'another gpuckpt command holds its NCCL calls' } });
+  }
+
+  ncclRelease(): Promise<NcclReply> {
+    return this.request('NCCL_HOLD', 'letting NCCL go', { flags: NcclHoldFlag.RELEASE, targets: [] }, { reasons: { EBUSY: 'its communicators are torn down (gpuckpt resume makes them again)' } });
+  }
+
+  /** Destroys every communicator; the cut must be reached. */
+  async ncclTeardown(): Promise<void> {
+    await this.request('NCCL_TEARDOWN', 'tearing NCCL down', undefined, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
+  }
+
+  async ncclNewId(): Promise<Buffer> {
+    return (await this.request('NCCL_NEW_ID', 'a new NCCL unique id', undefined, { codes: { EIO: 'NCCL_FAILED' }, reasons: NCCL_REASONS })).id;
+  }
+
+  /** Makes communicator key again with id (its rank 0's new id); every rank at once. */
+  async ncclRebuild(key: bigint, id: Buffer): Promise<void> {
+    await this.request('NCCL_REBUILD', 'making an NCCL communicator again', { key, id }, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
+  }
+
   /** Closing the socket also makes the shim reopen the gate and drop staging. */
   close(): void {
     if (this.closed) return;
@@ -361,7 +398,7 @@ export class ShimSession {
   }
 }
 
-function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<string, ErrorCode>> = {}): GpuckptError {
+function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<string, ErrorCode>> = {}, reasons: Record<string, string> = {}): GpuckptError {
   const err = e as NativeError;
   if (err instanceof GpuckptError) return err;
   const code = err?.code;
@@ -385,7 +422,7 @@ function mapError(e: unknown, pid: number, what: string, codes: Partial<Record<s
     EPERM: 'the application is not paused by this session',
     ENOTRECOVERABLE: 'its pool holds part of an image from a restore --into that was cut off; restore an image into it again (gpuckpt restore IMAGE --into PID)',
   };
-  const known = code && reason[code];
+  const known = code && (reasons[code] ?? reason[code]);
   // The shim names the driver call that failed and its CUresult.
   const why = known ? (err?.detail ? `${known}: ${err.detail}` : known) : err?.message || String(e);
   return new GpuckptError((code && !err?.transport && codes[code]) || 'SHIM_ERROR', `process ${pid}: ${what} failed: ${why}`);

@@ -45,6 +45,10 @@ export type ErrorCode =
   | 'FILE_CHANGED'
   | 'PID_IN_USE'
   | 'OTHER_CHIP'
+  // distributed jobs
+  | 'JOB_REFUSED'
+  | 'CUT_TIMEOUT'
+  | 'NCCL_FAILED'
   // environment and usage
   | 'NO_GPU'
   | 'NO_NVCC'

@@ -17,14 +17,14 @@
  *
  * docs/RELIABILITY.md lists the cases with what was seen on GPU hosts.
  */
-import { existsSync, fstatSync, openSync, closeSync } from 'node:fs';
+import { fstatSync, openSync, closeSync } from 'node:fs';
 import { release } from 'node:os';
 import type { Criu } from '../adapters/criu.js';
 import { GpuckptError } from '../base/errors.js';
 import { describeInet, inetSockets, type InetSocket } from '../adapters/inet-sockets.js';
 import { holdersOf, inodeOf, isWriteOnly, mappedDevices, openFiles, readTree, type OpenFile, type TreeProcess } from '../adapters/process-tree.js';
 import { hasShimLoaded } from '../adapters/processes.js';
-import { processRunDir, socketPath } from '../adapters/run-dir.js';
+import { isCudaMember } from '../adapters/jobs.js';
 import { formatBytes } from '../base/units.js';
 import { native, type UnixSocketInfo } from '../../native/index.js';
 
@@ -41,6 +41,8 @@ export interface DumpPlan {
   members: number[];
   /** Options for `criu dump` (and, for --shell-job, `criu restore`). */
   criuArgs: string[];
+  /** Options `criu restore` needs as well (--tcp-established). */
+  restoreArgs: string[];
   shellJob: boolean;
   /** The terminal the job uses, when it uses one: the restore must run in a terminal too. */
   terminal?: string;
@@ -57,20 +59,15 @@ const UNIX_CONNECTED = 1;
 /** anon_inode kinds CRIU 4.x cannot dump. */
 const UNDUMPABLE_ANON = /^anon_inode:\[?(io_uring|perf_event|userfaultfd|bpf-prog|bpf_link|dmabuf)/;
 
-/** Kernel 6.16 refuses SO_PASSCRED on TCP and UDP sockets, which CRIU read until 4.2 (its commit 4b73985). */
+/** Kernel 6.16 refuses SO_PASSCRED on TCP and UDP sockets, which CRIU read until 4.2 (its commit 4b73985), unless gpuckpt preloads its answer. */
 function criuFailsOnInet(criu: Criu): boolean {
   const [maj = 0, min = 0] = release().split('.').map(Number);
   const [cmaj = 0, cmin = 0] = criu.version.split('.').map(Number);
-  return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2));
+  return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2)) && !criu.compat;
 }
 
 function who(p: TreeProcess): string {
   return `process ${p.pid} (${p.comm})`;
-}
-
-function isMember(pid: number): boolean {
-  const dir = processRunDir(pid);
-  return !!dir && existsSync(socketPath(dir, pid));
 }
 
 function hasOption(criuOpts: string[], ...names: string[]): boolean {
@@ -100,12 +97,12 @@ export function planDump(root: number, criu: Criu, criuOpts: string[] = []): Dum
   const tree = readTree(root);
   const first = tree[0]!;
   if (!hasShimLoaded(root))
-    throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${root} does not run under gpuckpt (start it with gpuckpt run -- PROGRAM)`);
-  const members = tree.filter((p) => isMember(p.pid)).map((p) => p.pid);
+    throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${root} is not running under gpuckpt (start it with gpuckpt run -- PROGRAM)`);
+  const members = tree.filter((p) => isCudaMember(p.pid)).map((p) => p.pid);
   if (!members.length)
     throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${root} and its children have not started CUDA yet, so there is nothing on a GPU to save: checkpoint it once it has`);
   const inTree = new Set(tree.map((p) => p.pid));
-  const plan: DumpPlan = { tree, members, criuArgs: [], shellJob: false, externalStdio: [], notes: [] };
+  const plan: DumpPlan = { tree, members, criuArgs: [], restoreArgs: [], shellJob: false, externalStdio: [], notes: [] };
 
   if (first.sid !== root || (first.pgid !== root && !inTree.has(first.pgid))) {
     plan.shellJob = true;
@@ -120,6 +117,7 @@ export function planDump(root: number, criu: Criu, criuOpts: string[] = []): Dum
   const unixSockets = () => (unix ??= new Map(native().unixSockets().map((s) => [s.inode, s])));
   const socketInodes = new Set<number>();
   let biggestDeleted = 0;
+  const established: { p: TreeProcess; s: InetSocket }[] = [];
 
   for (const p of tree) {
     const member = members.includes(p.pid);
@@ -134,7 +132,10 @@ export function planDump(root: number, criu: Criu, criuOpts: string[] = []): Dum
       if (f.target.startsWith('/dev/infiniband/'))
         throw new GpuckptError('CRIU_CANNOT', `${who(p)} has ${f.target} open (RDMA), which CRIU cannot save`);
       if (UNDUMPABLE_ANON.test(f.target))
-        throw new GpuckptError('CRIU_CANNOT', `${who(p)} fd ${f.fd} is ${f.target}, which CRIU cannot save`);
+        throw new GpuckptError(
+          'CRIU_CANNOT',
+          `${who(p)} fd ${f.fd} is ${f.target}, which CRIU cannot save${f.target.includes('io_uring') ? ' (gpuckpt run refuses io_uring to its jobs unless GPUCKPT_ALLOW_IO_URING=1, and libuv then does without)' : ''}`,
+        );
       if (/^\/dev\/(pts\/\d+|tty\w*|console)$/.test(f.target)) {
         plan.shellJob = true;
         plan.terminal ??= f.target;
@@ -147,9 +148,19 @@ export function planDump(root: number, criu: Criu, criuOpts: string[] = []): Dum
       if (!s) continue;
       if (inetFailing)
         throw new GpuckptError('CRIU_CANNOT', `${who(p)} holds ${describeInet(s)}, and CRIU ${criu.version} cannot save TCP or UDP sockets on Linux ${release()} (it asks for SO_PASSCRED, refused since Linux 6.16; fixed in CRIU 4.2): close the socket before the checkpoint, or use CRIU 4.2 or newer`);
-      if (s.state === 'established' && !tcpAllowed)
-        throw new GpuckptError('CRIU_CANNOT', `${who(p)} holds ${describeInet(s)}: pass --criu-opt=--tcp-established to carry it (its peer must still be there at restore) or --criu-opt=--tcp-close to drop it`);
+      if (s.state === 'established') established.push({ p, s });
     }
+  }
+  // Connections between the job's own processes (a launcher's store and its
+  // ranks) are carried whole: both ends are frozen, so nothing needs locking.
+  const ends = new Set(established.map(({ s }) => `${s.localPort}>${s.remotePort}`));
+  const outside = established.find(({ s }) => !ends.has(`${s.remotePort}>${s.localPort}`));
+  if (outside && !tcpAllowed)
+    throw new GpuckptError('CRIU_CANNOT', `${who(outside.p)} holds ${describeInet(outside.s)} to a process outside the job: pass --criu-opt=--tcp-established to carry it (its peer must still be there at restore) or --criu-opt=--tcp-close to drop it`);
+  if (established.length && !outside && !tcpAllowed) {
+    plan.criuArgs.push('--tcp-established', '--network-lock', 'skip');
+    plan.restoreArgs.push('--tcp-established');
+    plan.notes.push(`${established.length / 2} TCP connection(s) between the job's processes carried whole`);
   }
 
   checkOutsideEnds(tree, files, inTree, socketInodes, unixSockets, unixAllowed, plan);

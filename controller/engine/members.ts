@@ -15,17 +15,17 @@ export function stagingShare(limit: bigint | undefined, n: number): { stagingLim
 }
 
 /**
- * Suspends every member into its image, all at once. If one fails, those
- * that were suspended are resumed and the first failure is thrown: the
- * job runs on as it was.
+ * Suspends every member into its image (undefined: held in host memory),
+ * all at once. If one fails, those that were suspended are resumed and the
+ * first failure is thrown: the job runs on as it was.
  */
-export async function suspendMembers(images: Map<number, string>, opts: CheckpointOptions): Promise<SuspendSummary[]> {
+export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean }): Promise<SuspendSummary[]> {
   const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
   const suspended = new Map([...images].filter((_, i) => results[i]!.status === 'fulfilled'));
   const stays = await resumeAfterFailure(suspended);
-  for (const [m, image] of suspended) if (!stays.has(m)) rmSync(image, { recursive: true, force: true });
+  for (const [m, image] of suspended) if (!stays.has(m) && image) rmSync(image, { recursive: true, force: true });
   const e = failed.reason as Error;
   throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', [e.message, ...stays.values()].join('; '));
 }
@@ -35,16 +35,16 @@ export async function suspendMembers(images: Map<number, string>, opts: Checkpoi
  * each that could not come back, a note of where its pool stays (its
  * image must then be kept).
  */
-export async function resumeAfterFailure(images: Map<number, string>): Promise<Map<number, string>> {
+export async function resumeAfterFailure(images: Map<number, string | undefined>): Promise<Map<number, string>> {
   const failures = await resumeMembers(images);
   const stays = new Map<number, string>();
   [...images].forEach(([m, image], i) => {
-    if (failures[i] !== undefined) stays.set(m, `process ${m} stays suspended with its pool at ${image} (gpuckpt resume ${m})`);
+    if (failures[i] !== undefined) stays.set(m, `process ${m} stays suspended with its pool ${image ? `at ${image}` : 'held'} (gpuckpt resume ${m})`);
   });
   return stays;
 }
 
-/** Resumes every member from its image, all at once: each one's failure, or undefined. */
-export function resumeMembers(images: Map<number, string>): Promise<(unknown | undefined)[]> {
-  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: true, image }).then(() => undefined, (e: unknown) => e)));
+/** Resumes every member from its image (undefined: where its suspend held it), all at once: each one's failure, or undefined. */
+export function resumeMembers(images: Map<number, string | undefined>, opts: { device?: string } = {}): Promise<(unknown | undefined)[]> {
+  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: !!image, image, device: opts.device }).then(() => undefined, (e: unknown) => e)));
 }

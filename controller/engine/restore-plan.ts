@@ -38,6 +38,8 @@ export interface ProcessInfo {
   /** The terminal the job used. Images before it: a shell job was always one with a terminal. */
   terminal?: string;
   externalStdio?: ExternalStdio[];
+  /** Options criu restore needs as the dump had them (dump-plan.ts restoreArgs). */
+  restoreArgs?: string[];
 }
 
 export function writeProcessInfo(criuDir: string, info: ProcessInfo): void {

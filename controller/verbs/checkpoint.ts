@@ -5,10 +5,14 @@
 import { writePoolImage, type CheckpointOptions, type CheckpointSummary } from '../engine/pool-image.js';
 import { ShimSession } from '../adapters/session.js';
 
-export async function checkpointGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}): Promise<CheckpointSummary> {
+/** running: called once the application runs again (its pool copied), before the image is written. */
+export async function checkpointGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}, running?: () => void): Promise<CheckpointSummary> {
   const session = await ShimSession.open(pid);
   try {
-    return await writePoolImage(session, out, opts, () => session.resume());
+    return await writePoolImage(session, out, opts, async () => {
+      await session.resume();
+      running?.();
+    });
   } finally {
     session.close();
   }

@@ -5,6 +5,8 @@
  */
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { resolveGpu, resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
+import { readJob } from '../engine/job-plan.js';
+import { GpuckptError } from '../base/errors.js';
 import { round } from '../base/units.js';
 
 export interface MigrateSummary {
@@ -25,6 +27,9 @@ export interface MigrateSummary {
 /** viaHost: through host memory even where the GPUs can copy to each other. */
 export async function migrateProcess(pid: number, device: string, opts: CheckpointOptions & { viaHost?: boolean } = {}): Promise<MigrateSummary> {
   const target = resolveGpu(device); // refuse a bad target before the process is touched
+  const instead = `a migrate moves one process alone; move its job instead: gpuckpt suspend JOB, then gpuckpt resume JOB --device ${device}`;
+  const job = await readJob(pid, 'migrate', instead);
+  if (job.comms.length) throw new GpuckptError('JOB_REFUSED', `process ${pid} runs NCCL (${job.comms.length} communicator(s)): ${instead}`);
   const t0 = performance.now();
   const suspend = await suspendProcess(pid, { ...opts, onto: target.uuid });
   const resume = await resumeProcess(pid, { ...opts, device });

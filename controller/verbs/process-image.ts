@@ -24,14 +24,16 @@ import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import type { Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
+import { JobCut } from '../engine/collective-cut.js';
 import { planDump } from '../engine/dump-plan.js';
+import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
-import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
+import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
 import { fsyncDir, publishImage, syncTree } from '../image/durable.js';
 import { ImageReader, removeStaleTempDirs } from '../image/index.js';
@@ -80,6 +82,8 @@ export async function checkpointProcess(
     // --force replaces an image, never other data at a mistyped path.
     if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
   }
+  // A part of a distributed job is refused for that first: it is the cause.
+  const { comms } = await readJob(pid, 'checkpoint');
   const plan = planDump(pid, criu, opts.criuOpts);
   const [primary, ...others] = plan.members as [number, ...number[]];
   if (others.length && opts.parent)
@@ -94,6 +98,7 @@ export async function checkpointProcess(
     members: plan.members,
     terminal: plan.terminal,
     externalStdio: plan.externalStdio,
+    ...(plan.restoreArgs.length ? { restoreArgs: plan.restoreArgs } : {}),
   };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
     image: target,
@@ -110,7 +115,7 @@ export async function checkpointProcess(
   // writer's cleanup.
   const work = join(dirname(target), tempDirName(basename(target), primary));
   let whyThroughHost: string | undefined;
-  if (opts.leaveRunning && !opts.live && !others.length) {
+  if (opts.leaveRunning && !opts.live && !others.length && !comms.length) {
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
@@ -130,13 +135,26 @@ export async function checkpointProcess(
     }
     whyThroughHost = left.whyNot;
   } else if (opts.leaveRunning && !opts.live) {
-    whyThroughHost = `the job has ${plan.members.length} CUDA processes; a copy on the GPU serves a job of one`;
+    whyThroughHost = comms.length ? 'the job runs NCCL; a copy on the GPU serves a job of one process without it' : `the job has ${plan.members.length} CUDA processes; a copy on the GPU serves a job of one`;
   }
   // Each member's pool image: the first at work, the others beside it
   // until CRIU has dumped the tree (then under work/members/).
   const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
   const suspendStart = performance.now();
-  const suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
+  // The ranks at one collective boundary, their communicators torn down:
+  // no peer's memory reaches the driver's checkpoint, no NCCL socket CRIU.
+  const cut = await JobCut.take(plan.members, comms);
+  let suspended: SuspendSummary[];
+  try {
+    await cut?.teardown();
+    suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
+  } catch (e) {
+    const why = await cut?.recover();
+    cut?.close();
+    throw why ? new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${why}`) : e;
+  }
+  // CRIU cannot dump a process connected to this controller.
+  cut?.close();
   const d0 = performance.now();
   try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
@@ -147,10 +165,15 @@ export async function checkpointProcess(
     // half image (kept if a process could not come back: it holds its data).
     const stays = await resumeAfterFailure(images);
     if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
-    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}`);
+    const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
+    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
-  const resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
+  let resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
+  if (opts.leaveRunning && !resumeFailure && comms.length) {
+    const why = await rebuildJob(plan.members);
+    if (why) resumeFailure = new GpuckptError('NCCL_FAILED', `the job of process ${pid}: ${why}`);
+  }
   const runsAgain = performance.now();
   if (others.length) {
     mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
@@ -250,7 +273,7 @@ export async function restoreProcess(
     // neither waits for the other.
     parents = undefined; // the first loader's now
     for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
-    const restored = await criuRestoreTree(criu, dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit });
+    const restored = await criuRestoreTree(criu, dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
     fds.close();
     const criuSeconds = (performance.now() - t0) / 1000;
     try {
@@ -268,6 +291,8 @@ export async function restoreProcess(
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
     }
     const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
+    const nccl = await rebuildJob(members);
+    if (nccl) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${nccl}`);
     const seconds = (performance.now() - t0) / 1000;
     const c0 = performance.now();
     const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
@@ -298,3 +323,23 @@ export async function restoreProcess(
   }
 }
 
+
+/**
+ * Makes the communicators a checkpoint tore down again on every member and
+ * lets the ranks go on; why not, in a line, when that failed (the ranks
+ * then wait for gpuckpt resume). Nothing to do for a job without NCCL.
+ */
+async function rebuildJob(members: number[]): Promise<string | undefined> {
+  let cut: JobCut | undefined;
+  try {
+    cut = await JobCut.attach(members);
+  } catch (e) {
+    return `its NCCL communicators could not be reached (${(e as Error).message})`;
+  }
+  if (!cut) return undefined;
+  try {
+    return await cut.recover();
+  } finally {
+    cut.close();
+  }
+}

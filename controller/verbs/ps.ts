@@ -1,9 +1,10 @@
-/** Processes running under gpuckpt: every live control socket of this user. */
+/** Processes running under gpuckpt: every live control socket of this user, with the job each belongs to. */
 import { readdirSync, unlinkSync } from 'node:fs';
 import { ShimSession } from '../adapters/session.js';
 import { commandLine, isAlive } from '../adapters/processes.js';
 import { ownRunDir, socketPath } from '../adapters/run-dir.js';
-import type { OutsidePool } from '../../native/index.js';
+import { CommFlag, type OutsidePool } from '../../native/index.js';
+import { jobOf, type JobTag } from '../adapters/jobs.js';
 
 export interface ProcessRow {
   pid: number;
@@ -16,6 +17,10 @@ export interface ProcessRow {
   driverCalls: bigint;
   devices: { device: number; bytesInUse: bigint; bytesMapped: bigint; allocations: number }[];
   outsidePool: OutsidePool;
+  /** The job it belongs to (gpuckpt run's launcher), if started under a run that set one. */
+  job?: JobTag;
+  /** Its NCCL communicators: its rank in each, of how many; down while a checkpoint has them torn down. */
+  nccl: { rank: number; nranks: number; down: boolean }[];
   error?: string;
 }
 
@@ -60,11 +65,14 @@ async function describe(pid: number): Promise<ProcessRow> {
     driverCalls: 0n,
     devices: [],
     outsidePool: { managed: 0n, streamOrdered: 0n, host: 0n, unrouted: 0n },
+    job: jobOf(pid),
+    nccl: [],
   };
   let session: ShimSession | undefined;
   try {
     session = await ShimSession.open(pid);
     const st = await session.status();
+    const comms = (await session.ncclStatus()).comms;
     return {
       ...base,
       poolState: POOL_STATES[st.poolState] ?? 'not-yet',
@@ -74,6 +82,7 @@ async function describe(pid: number): Promise<ProcessRow> {
       driverCalls: st.gatedCalls,
       devices: st.devices.map((d, i) => ({ device: i, ...d })),
       outsidePool: st.outsidePool,
+      nccl: comms.map((c) => ({ rank: c.rank, nranks: c.nranks, down: !!(c.flags & CommFlag.DOWN) })),
     };
   } catch (e) {
     return { ...base, error: (e as Error).message };

@@ -13,6 +13,8 @@ import { packageRoot } from '../../native/index.js';
 export interface RunOptions {
   poolSize?: string;
   poolBase?: string;
+  /** The job's name (GPUCKPT_JOB_NAME), for the verbs to take instead of a PID. */
+  name?: string;
 }
 
 export interface RunPlan {
@@ -64,6 +66,10 @@ export function makeRunPlan(command: string[], opts: RunOptions): RunPlan {
     if (base % CHUNK !== 0n) throw new GpuckptError('BAD_ARGUMENT', '--pool-base must be a multiple of 2 MiB (0x200000)');
     env.GPUCKPT_POOL_BASE = '0x' + base.toString(16);
   }
+  if (opts.name !== undefined) {
+    if (!/^[A-Za-z][A-Za-z0-9_.-]{0,63}$/.test(opts.name)) throw new GpuckptError('BAD_ARGUMENT', `--name "${opts.name}" must start with a letter and hold only letters, digits, _ . - (at most 64)`);
+    env.GPUCKPT_JOB_NAME = opts.name;
+  }
   const shim = shimPath();
   const preload = process.env.LD_PRELOAD;
   env.LD_PRELOAD = preload ? `${shim} ${preload}` : shim;
@@ -74,9 +80,14 @@ function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
-/** The plan as sh code for bin/gpuckpt to eval: exports, then exec. */
+/**
+ * The plan as sh code for bin/gpuckpt to eval: exports, then exec. The
+ * job's id is the PID the program keeps ($$, the shell's, which execs it);
+ * every process it starts inherits it (adapters/jobs.ts).
+ */
 export function planAsShell(plan: RunPlan): string {
   const lines = Object.entries(plan.env).map(([k, v]) => `export ${k}=${shellQuote(v)}`);
+  lines.push('export GPUCKPT_JOB=$$');
   lines.push(`exec ${[plan.program, ...plan.args].map(shellQuote).join(' ')}`);
   return lines.join('\n') + '\n';
 }

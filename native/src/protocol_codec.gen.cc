@@ -143,6 +143,46 @@ bool Encode_peer_req(const Napi::Object& args, std::vector<uint8_t>& out, std::s
   return true;
 }
 
+bool Encode_nccl_hold_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  Napi::Value targetsV = args.Get("targets");
+  if (!targetsV.IsArray()) {
+    err = "targets must be an array";
+    return false;
+  }
+  Napi::Array targets = targetsV.As<Napi::Array>();
+  if (targets.Length() > GPCK_MAX_COMMS) {
+    err = "too many targets";
+    return false;
+  }
+  gpck_nccl_hold_req v{};
+  v.flags = static_cast<uint32_t>(ToU64(args.Get("flags")));
+  v.count = targets.Length();
+  Append(out, v);
+  for (uint32_t i = 0; i < targets.Length(); i++) {
+    Napi::Object e = targets.Get(i).As<Napi::Object>();
+    gpck_nccl_target w{};
+    w.key = static_cast<uint64_t>(ToU64(e.Get("key")));
+    w.target = static_cast<uint64_t>(ToU64(e.Get("target")));
+    Append(out, w);
+  }
+  return true;
+}
+
+bool Encode_nccl_rebuild_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_nccl_rebuild_req v{};
+  v.key = static_cast<uint64_t>(ToU64(args.Get("key")));
+  {
+    Napi::Value b = args.Get("id");
+    if (!b.IsBuffer() || b.As<Napi::Buffer<uint8_t>>().Length() != sizeof(v.id)) {
+      err = "id must be a Buffer of 128 bytes";
+      return false;
+    }
+    memcpy(v.id, b.As<Napi::Buffer<uint8_t>>().Data(), sizeof(v.id));
+  }
+  Append(out, v);
+  return true;
+}
+
 void Decode_hello_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
   if (b.size() < sizeof(gpck_hello_rep)) return;
   const auto* r = reinterpret_cast<const gpck_hello_rep*>(b.data());
@@ -278,6 +318,41 @@ void Decode_peer_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object&
   o.Set("chunksHeld", Napi::Number::New(env, static_cast<double>(r->chunks_held)));
 }
 
+void Decode_nccl_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_nccl_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_nccl_rep*>(b.data());
+  o.Set("busy", Napi::Number::New(env, static_cast<double>(r->busy)));
+  o.Set("waiting", Napi::Number::New(env, static_cast<double>(r->waiting)));
+  o.Set("flags", Napi::Number::New(env, static_cast<double>(r->flags)));
+  o.Set("memAllocations", Napi::Number::New(env, static_cast<double>(r->mem_allocations)));
+  {
+    uint32_t n = std::min<uint32_t>(r->count, GPCK_MAX_COMMS);
+    Napi::Array a = Napi::Array::New(env, n);
+    for (uint32_t i = 0; i < n; i++) {
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("key", Napi::BigInt::New(env, static_cast<uint64_t>((&r->comms[i])->key)));
+      e.Set("ops", Napi::Number::New(env, static_cast<double>((&r->comms[i])->ops)));
+      e.Set("target", Napi::Number::New(env, static_cast<double>((&r->comms[i])->target)));
+      e.Set("nranks", Napi::Number::New(env, static_cast<double>((&r->comms[i])->nranks)));
+      e.Set("rank", Napi::Number::New(env, static_cast<double>((&r->comms[i])->rank)));
+      e.Set("device", Napi::Number::New(env, static_cast<double>((&r->comms[i])->device)));
+      e.Set("inflight", Napi::Number::New(env, static_cast<double>((&r->comms[i])->inflight)));
+      e.Set("registrations", Napi::Number::New(env, static_cast<double>((&r->comms[i])->registrations)));
+      e.Set("windows", Napi::Number::New(env, static_cast<double>((&r->comms[i])->windows)));
+      e.Set("customOps", Napi::Number::New(env, static_cast<double>((&r->comms[i])->custom_ops)));
+      e.Set("flags", Napi::Number::New(env, static_cast<double>((&r->comms[i])->flags)));
+      a.Set(i, e);
+    }
+    o.Set("comms", a);
+  }
+}
+
+void Decode_nccl_id(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_nccl_id)) return;
+  const auto* r = reinterpret_cast<const gpck_nccl_id*>(b.data());
+  o.Set("id", Napi::Buffer<uint8_t>::Copy(env, r->id, sizeof(r->id)));
+}
+
 }  // namespace
 
 bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
@@ -314,6 +389,16 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return Encode_live_req(args, out, err);
     case GPCK_PEER_HOLD:
       return Encode_peer_req(args, out, err);
+    case GPCK_NCCL_STATUS:
+      return true;
+    case GPCK_NCCL_HOLD:
+      return Encode_nccl_hold_req(args, out, err);
+    case GPCK_NCCL_TEARDOWN:
+      return true;
+    case GPCK_NCCL_NEW_ID:
+      return true;
+    case GPCK_NCCL_REBUILD:
+      return Encode_nccl_rebuild_req(args, out, err);
     default:
       err = "unknown request type " + std::to_string(type);
       return false;
@@ -361,6 +446,15 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       break;
     case GPCK_PEER_HOLD:
       Decode_peer_rep(env, b, o);
+      break;
+    case GPCK_NCCL_STATUS:
+      Decode_nccl_rep(env, b, o);
+      break;
+    case GPCK_NCCL_HOLD:
+      Decode_nccl_rep(env, b, o);
+      break;
+    case GPCK_NCCL_NEW_ID:
+      Decode_nccl_id(env, b, o);
       break;
     default:
       break;

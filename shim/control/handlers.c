@@ -16,6 +16,7 @@
 #include "../pool/pool.h"
 #include "block_digest.h"
 #include "bounce.h"
+#include "collective_handlers.h"
 #include "peer_hold.h"
 #include "spare_memory.h"
 
@@ -892,5 +893,6 @@ void gp_client_release(struct gp_client *c)
         mirror_owner = NULL;
     }
     close_live_window(c);
+    gp_collective_client_gone(c);
     gp_staging_destroy(&c->staging);
 }

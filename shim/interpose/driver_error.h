@@ -18,8 +18,12 @@ void gp_driver_error_clear(void);
 CUresult gp_driver_error_note(const char *call, CUresult r);
 /* A real driver call whose failure ends the request: GP_CALL(cuMemAlloc_v2, &p, n). */
 #define GP_CALL(name, ...) gp_driver_error_note(#name, GP_REAL(name)(__VA_ARGS__))
+/* A failure that was not a driver call's (NCCL's, say), in one line: kept
+ * unless a failure is recorded already. */
+void gp_failure_note(const char *text);
 /* "cuMemcpyDtoHAsync_v2 returned CUDA_ERROR_ILLEGAL_ADDRESS (700)" into
- * buf (NUL-terminated); its length, 0 when nothing is recorded. */
+ * buf (NUL-terminated), or the text of gp_failure_note; its length, 0
+ * when nothing is recorded. */
 size_t gp_driver_error_text(char *buf, size_t len);
 
 #endif

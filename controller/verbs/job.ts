@@ -1,0 +1,231 @@
+/**
+ * Verbs on a job of several CUDA processes (a launcher such as torchrun and
+ * its ranks): suspend, resume and a --gpu-only checkpoint of all of them as
+ * one. The ranks are first stopped at the same collective boundary (the
+ * cut, collective-cut.ts); a suspend then tears their NCCL communicators
+ * down so that no peer mapping reaches the driver's checkpoint, and the
+ * resume makes them again behind the handles the application holds. A job
+ * of one process with no communicator takes the single-process paths.
+ */
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { round } from '../base/units.js';
+import { readTree } from '../adapters/process-tree.js';
+import { isCudaMember } from '../adapters/jobs.js';
+import { ShimSession } from '../adapters/session.js';
+import { JobCut, readJobComms } from '../engine/collective-cut.js';
+import { readJob, type Job } from '../engine/job-plan.js';
+import { stagingShare, suspendMembers } from '../engine/members.js';
+import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
+import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
+import { fsyncDir, publishImage } from '../image/durable.js';
+import { removeStaleTempDirs } from '../image/index.js';
+import { tempDirName } from '../image/temp-dirs.js';
+import { checkpointGpuOnly } from './checkpoint.js';
+import { CommFlag, NcclFlag, PoolState } from '../../native/index.js';
+
+/** Beside a job image's own pool: what the job was. */
+export const JOB_INFO = 'gpuckpt-job.json';
+const MEMBERS_DIR = 'members';
+
+export interface JobSummary {
+  pid: number;
+  /** The processes that run CUDA, in the order of members. */
+  members: number[];
+  /** NCCL communicators carried across. */
+  communicators: number;
+  /** Until every rank stood at the same collective boundary. */
+  cutSeconds: number;
+  seconds: number;
+}
+
+export interface JobSuspendSummary extends JobSummary {
+  suspended: SuspendSummary[];
+  teardownSeconds: number;
+  /** From the start until the last GPU of the job was free. */
+  gpuFreeSeconds: number;
+}
+
+export interface JobResumeSummary extends Omit<JobSummary, 'cutSeconds'> {
+  resumed: ResumeSummary[];
+  rebuildSeconds: number;
+}
+
+export interface JobCheckpointSummary extends JobSummary {
+  image: string;
+  images: CheckpointSummary[];
+  rawBytes: number;
+  storedBytes: number;
+  /** From holding the ranks until they ran again: the cut and the slowest pool's copy. */
+  pauseSeconds: number;
+}
+
+const isSingle = (job: Job) => job.members.length === 1 && !job.comms.length && job.members[0] === job.pid;
+
+/** Holds the job at its cut; the seconds it took. */
+async function takeCut(job: Job): Promise<{ cut?: JobCut; seconds: number }> {
+  const t0 = performance.now();
+  const cut = await JobCut.take(job.members, job.comms);
+  return { cut, seconds: round((performance.now() - t0) / 1000, 4) };
+}
+
+/** After a failure that left the ranks held: made to run again, and the message said so. */
+async function failedAt(cut: JobCut | undefined, e: unknown, rest: string): Promise<never> {
+  const why = cut ? await cut.recover() : undefined;
+  cut?.close();
+  const msg = (e as Error).message;
+  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', why ? `${msg}; ${why}` : `${msg}; ${rest}`);
+}
+
+export async function suspendJob(pid: number, opts: { to?: string; force?: boolean; keepDriver?: boolean; progress?: boolean } = {}): Promise<SuspendSummary | JobSuspendSummary> {
+  const t0 = performance.now();
+  const job = await readJob(pid, 'suspend');
+  if (isSingle(job)) return suspendProcess(pid, opts);
+  if (opts.to) throw new GpuckptError('BAD_ARGUMENT', `the job of process ${pid} has ${job.members.length} CUDA processes (${job.members.join(', ')}): --to holds the pool of one; a job's are held in host memory (or use checkpoint)`);
+  for (const m of job.members) await refuseSuspended(m, 'suspended already');
+  const { cut, seconds: cutSeconds } = await takeCut(job);
+  const d0 = performance.now();
+  try {
+    await cut?.teardown();
+  } catch (e) {
+    return failedAt(cut, e, 'the job runs on');
+  }
+  const teardownSeconds = round((performance.now() - d0) / 1000, 4);
+  let suspended: SuspendSummary[];
+  try {
+    suspended = await suspendMembers(new Map(job.members.map((m) => [m, undefined])), { keepDriver: opts.keepDriver });
+  } catch (e) {
+    return failedAt(cut, e, 'the job runs on');
+  }
+  cut?.close(); // the ranks stay held, their communicators down, until the resume
+  const s0 = (d0 - t0) / 1000;
+  return {
+    pid,
+    members: job.members,
+    communicators: job.comms.length,
+    cutSeconds,
+    teardownSeconds,
+    suspended,
+    gpuFreeSeconds: round(s0 + teardownSeconds + Math.max(...suspended.map((s) => s.gpuFreeSeconds))),
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
+
+async function refuseSuspended(pid: number, what: string): Promise<void> {
+  const s = await ShimSession.open(pid);
+  try {
+    if ((await s.status()).poolState === PoolState.SUSPENDED) throw new GpuckptError('ALREADY_SUSPENDED', `process ${pid} of the job is ${what}`);
+  } finally {
+    s.close();
+  }
+}
+
+export async function resumeJob(pid: number, opts: { device?: string; progress?: boolean } = {}): Promise<ResumeSummary | JobResumeSummary> {
+  const t0 = performance.now();
+  const members = readTree(pid).filter((p) => isCudaMember(p.pid)).map((p) => p.pid);
+  const single = members.length === 1 && members[0] === pid;
+  if (single && !(await readJobComms(members))[0]!.status.comms.length) return resumeProcess(pid, opts);
+  // Every rank of every communicator must be here before anything moves.
+  await readJob(pid, 'resume');
+  const held = await Promise.all(
+    members.map(async (m) => {
+      const s = await ShimSession.open(m);
+      try {
+        return (await s.status()).poolState === PoolState.SUSPENDED;
+      } finally {
+        s.close();
+      }
+    }),
+  );
+  const toResume = members.filter((_, i) => held[i]);
+  const comms = await readJobComms(members);
+  const down = comms.some((r) => r.status.comms.some((c) => c.flags & CommFlag.DOWN));
+  const waiting = comms.some((r) => r.status.flags & NcclFlag.HELD);
+  if (!toResume.length && !down && !waiting) throw new GpuckptError('NOT_SUSPENDED', `the job of process ${pid} is not suspended`);
+  const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device })));
+  const failed = results.findIndex((r) => r.status === 'rejected');
+  if (failed >= 0) {
+    const e = (results[failed] as PromiseRejectedResult).reason as Error;
+    throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `process ${toResume[failed]} of the job: ${e.message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`);
+  }
+  const resumed = results.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value);
+  const r0 = performance.now();
+  const cut = await JobCut.attach(members);
+  try {
+    await cut?.rebuild();
+    await cut?.release();
+  } finally {
+    cut?.close();
+  }
+  return {
+    pid,
+    members,
+    communicators: cut?.comms.length ?? 0,
+    resumed,
+    rebuildSeconds: round((performance.now() - r0) / 1000, 4),
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
+
+/**
+ * A consistent --gpu-only image of every rank's pool: the ranks held at
+ * their cut, each pool written at once (the first into the image itself,
+ * the others under members/PID), then let go.
+ */
+export async function checkpointJobGpuOnly(pid: number, out: string, opts: CheckpointOptions = {}): Promise<CheckpointSummary | JobCheckpointSummary> {
+  const t0 = performance.now();
+  const job = await readJob(pid, 'checkpoint');
+  if (isSingle(job)) return checkpointGpuOnly(pid, out, opts);
+  if (opts.parent || opts.live) throw new GpuckptError('BAD_ARGUMENT', `the job of process ${pid} has ${job.members.length} CUDA processes: --parent and --live are for a job of one`);
+  const target = resolve(out);
+  if (existsSync(target) && !opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+  if (existsSync(target) && !existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
+  await removeStaleTempDirs(dirname(target));
+  const [primary] = job.members as [number, ...number[]];
+  const work = join(dirname(target), tempDirName(basename(target)));
+  const paths = new Map(job.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`))]));
+  const { cut, seconds: cutSeconds } = await takeCut(job);
+  const p0 = performance.now() - cutSeconds * 1000;
+  // The ranks go on once every pool is copied; the images are written after.
+  let pauseSeconds = 0;
+  let left = job.members.length;
+  let released: Promise<void> | undefined;
+  const running = () => {
+    if (--left) return;
+    pauseSeconds = round((performance.now() - p0) / 1000, 4);
+    released = cut?.release();
+    released?.catch(() => undefined);
+  };
+  let images: CheckpointSummary[];
+  try {
+    const share = stagingShare(opts.stagingLimit, job.members.length);
+    const results = await Promise.allSettled(job.members.map((m) => checkpointGpuOnly(m, paths.get(m)!, { ...opts, force: false, progress: false, ...share }, running)));
+    const bad = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (bad) throw bad.reason;
+    images = results.map((r) => (r as PromiseFulfilledResult<CheckpointSummary>).value);
+    await released;
+  } catch (e) {
+    for (const p of paths.values()) rmSync(p, { recursive: true, force: true });
+    return failedAt(cut, e, 'the job runs on; no image written');
+  }
+  cut?.close();
+  mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
+  for (const m of job.members.slice(1)) renameSync(paths.get(m)!, join(work, MEMBERS_DIR, String(m)));
+  writeFileSync(join(work, JOB_INFO), JSON.stringify({ pid, members: job.members, communicators: job.comms.map((c) => ({ key: c.key.toString(16), nranks: c.nranks, ranks: Object.fromEntries(c.pids) })) }, null, 1));
+  await fsyncDir(join(work, MEMBERS_DIR));
+  await fsyncDir(work);
+  await publishImage(work, target, !!opts.force);
+  return {
+    image: target,
+    pid,
+    members: job.members,
+    communicators: job.comms.length,
+    cutSeconds,
+    images: images.map((s, i) => ({ ...s, image: i === 0 ? target : join(target, MEMBERS_DIR, String(job.members[i])) })),
+    rawBytes: images.reduce((n, s) => n + s.rawBytes, 0),
+    storedBytes: images.reduce((n, s) => n + s.storedBytes, 0),
+    pauseSeconds,
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
