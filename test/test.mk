@@ -18,6 +18,13 @@ $(T)/fake/libnvidia-ml.so.1: test/fake-nvml/fake_nvml.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 
+# Linked against NCCL by name (libnccl.so.2), as PyTorch is: the shim's
+# NCCL wrappers come first.
+$(T)/fake/libnccl.so.2: test/fake-nccl/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnccl.so.2 -o $@ $< -lrt
+	ln -sf libnccl.so.2 $(T)/fake/libnccl.so
+
 $(T)/fake_selftest: test/fake-cuda/selftest/selftest.c $(T)/fake/libcuda.so.1
 	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
 
@@ -34,6 +41,10 @@ $(T)/test_alloc: test/c/test_alloc.c shim/pool/alloc.c shim/pool/alloc.h
 $(T)/test_gate: test/c/test_gate.c shim/interpose/gate.c shim/interpose/gate.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_gate.c shim/interpose/gate.c
+
+$(T)/test_cut: test/c/test_cut.c shim/collective/cut.c shim/collective/cut.h shim/collective/communicators.c shim/collective/communicators.h shim/interpose/log.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Ishim/collective -o $@ test/c/test_cut.c shim/collective/cut.c shim/collective/communicators.c shim/interpose/log.c -pthread
 
 $(T)/test_config: test/c/test_config.c shim/interpose/config.c shim/interpose/log.c shim/interpose/config.h
 	@mkdir -p $(dir $@)
@@ -63,12 +74,14 @@ $(T)/protocol_client: test/c/protocol_client.c protocol/gpuckpt_protocol.h $(T)/
 # cudart-like variant that takes entry points from cuGetProcAddress.
 $(T)/pool_app_linked: test/apps/pool_app.c $(T)/fake/libcuda.so.1
 	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -pthread
+$(T)/ddp_app: test/apps/ddp_app.c $(T)/fake/libcuda.so.1 $(T)/fake/libnccl.so.2
+	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -lnccl -lm -Wl,-rpath,'$$ORIGIN/fake'
 $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
-	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen
+TEST_BINS := $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
+	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)
 
@@ -80,6 +93,7 @@ check: test-build
 	bash shim/control/gen_ptx.sh --check
 	$(T)/test_alloc
 	$(T)/test_gate
+	$(T)/test_cut
 	$(T)/test_config
 	$(T)/test_bounce
 	$(T)/test_spare_memory

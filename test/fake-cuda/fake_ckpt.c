@@ -290,6 +290,11 @@ FAKE_CKPT_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointChe
     FAKE_ENTER_NOWAIT();
     if (args && !all_zero(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
+    /* The fake libnccl marks a process holding communicators (its peers'
+     * memory mapped): the real driver cannot take such a process. */
+    char peers[sizeof(fake_config()->ckpt_dir) + 32];
+    if (state_path(peers, sizeof(peers), fake_config()->ckpt_dir, pid, "", ".peers") == 0 && access(peers, F_OK) == 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
     return transition(pid, CU_PROCESS_STATE_LOCKED, STATE_CHECKPOINTED "\n", 0, NULL);
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessCheckpoint)

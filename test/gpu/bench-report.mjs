@@ -189,8 +189,42 @@ function phaseLine(r, prefix, what, note = '') {
   return list ? `${what} (medians, s): ${list}.${list.includes('load ') ? note : ''}` : '';
 }
 
+/**
+ * A 2-rank NCCL job (ddp.json, test/gpu/distributed.mjs) beside one of its
+ * ranks alone and one process of the same total memory. The anchor cannot
+ * take the job: what it did is quoted.
+ */
+function ddpTable(r) {
+  const { g, s, gb } = cells(r);
+  const x = (a, b) => `${(g(a).median / g(b).median).toFixed(2)}×`;
+  const within = (a, b) => (g(a).median <= 1.2 * g(b).median ? '≤ 1.2× one rank: met' : '≤ 1.2× one rank: **missed**');
+  return [
+    `## ${r.workload}`,
+    '',
+    hostLine(r),
+    '',
+    '| | 2-rank job | one rank alone | one process, same memory | job ÷ one rank | target |',
+    '| --- | --- | --- | --- | --- | --- |',
+    `| checkpoint, whole job (job gone, image durable) | **${s('job_ckpt_s')}** | ${s('rank_ckpt_s')} | ${s('single_ckpt_s')} | ${x('job_ckpt_s', 'rank_ckpt_s')} | ${within('job_ckpt_s', 'rank_ckpt_s')} |`,
+    `| … GPUs free after | ${s('job_ckpt_gpu_free_s')} | ${s('rank_ckpt_gpu_free_s')} | ${s('single_ckpt_gpu_free_s')} | ${x('job_ckpt_gpu_free_s', 'rank_ckpt_gpu_free_s')} | — |`,
+    `| … CRIU dump | ${s('job_ckpt_dump_s')} | ${s('rank_ckpt_dump_s')} | ${s('single_ckpt_dump_s')} | | — |`,
+    `| restore, whole job | **${s('job_restore_s')}** | ${s('rank_restore_s')} | ${s('single_restore_s')} | ${x('job_restore_s', 'rank_restore_s')} | ${within('job_restore_s', 'rank_restore_s')} |`,
+    `| … CRIU restore (and the image checks) | ${s('job_restore_criu_s')} | ${s('rank_restore_criu_s')} | ${s('single_restore_criu_s')} | | — |`,
+    `| pool (raw) | ${gb('job_pool_bytes')} | ${gb('rank_pool_bytes')} | ${gb('single_pool_bytes')} | | — |`,
+    `| image on disk | ${gb('job_image_bytes')} | ${gb('rank_image_bytes')} | ${gb('single_image_bytes')} | ${x('job_image_bytes', 'rank_image_bytes')} | — |`,
+    `| suspend: GPUs free | **${s('job_suspend_gpu_free_s')}** | ${s('rank_suspend_gpu_free_s')} | ${s('single_suspend_gpu_free_s')} | ${x('job_suspend_gpu_free_s', 'rank_suspend_gpu_free_s')} | — |`,
+    `| resume (communicators made again) | **${s('job_resume_s')}** | ${s('rank_resume_s')} | ${s('single_resume_s')} | ${x('job_resume_s', 'rank_resume_s')} | — |`,
+    `| checkpoint --gpu-only: pause (the cut, then the slowest pool's copy) | **${s('job_gpu_only_pause_s')}** | ${s('rank_gpu_only_pause_s')} | ${s('single_gpu_only_pause_s')} | ${x('job_gpu_only_pause_s', 'rank_gpu_only_pause_s')} | — |`,
+    `| checkpoint --gpu-only: image durable | ${s('job_gpu_only_s')} | ${s('rank_gpu_only_s')} | ${s('single_gpu_only_s')} | | — |`,
+    '',
+    `The anchor (driver API + CRIU) on the running 2-rank job, same run: ${r.anchor}.`,
+    '',
+  ].join('\n');
+}
+
 function table(name, r) {
   if (name === 'shim') return shimTable(r);
+  if (name === 'ddp') return ddpTable(r);
   if (name.startsWith('incremental-')) return incrementalTable(r);
   if (name.startsWith('live-')) return liveTable(r);
   const out = [];
@@ -266,6 +300,20 @@ function headline() {
     const unsynced = theirs === 'anchor_ckpt_durable_s' && !r.metrics['ckpt.sync_s'];
     const b = theirs ? r.metrics[unsynced ? 'anchor_ckpt_s' : theirs] : undefined;
     out.push(`| ${label}${unsynced ? " (CRIU's files in the page cache on both sides)" : ''} | **${num(a.median, unit)} ${unit}** | ${b ? `${num(b.median, unit)} ${unit}` : '—'} | ${b ? `${(b.median / a.median).toFixed(1)}×` : '—'} | ${r.gpus}× ${r.gpu.replace('NVIDIA ', '')}, ${r.date} |`);
+  }
+  const ddp = results.ddp;
+  if (ddp) {
+    const m = ddp.metrics;
+    const host = `${ddp.gpus}× ${ddp.gpu.replace('NVIDIA ', '')}, ${ddp.date}`;
+    // The anchor's failure is its dump's: it stands beside what needs one.
+    const cannot = `cannot: ${ddp.anchor.split('; ').at(-1)}`;
+    const rows = [
+      ['2-rank DDP job (torchrun, NCCL): checkpoint, image durable', 'job_ckpt_s', cannot],
+      ['2-rank DDP job: restore', 'job_restore_s', cannot],
+      ['2-rank DDP job: suspend, GPUs free', 'job_suspend_gpu_free_s', '—'],
+      ['2-rank DDP job: checkpoint --gpu-only, pause', 'job_gpu_only_pause_s', '—'],
+    ];
+    for (const [label, k, anchor] of rows) out.push(`| ${label} | **${num(m[k].median, 's')} s** | ${anchor} | — | ${host} |`);
   }
   const inc = results['incremental-16g'];
   if (inc) out.push(`| incremental image (10 % of 16 GiB changed) | **${num(inc.metrics.inc_seconds.median, 's')} s** | full image ${num(inc.metrics.full_seconds.median, 's')} s (gpuckpt) | ${(100 * inc.metrics.time_ratio.median).toFixed(1)} % of the full | ${inc.gpus}× ${inc.gpu.replace('NVIDIA ', '')}, ${inc.date} |`);

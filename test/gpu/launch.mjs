@@ -45,21 +45,12 @@ import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 
 export async function runLaunch(h) {
-  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running } = h;
+  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids } = h;
   const criuMissing = () => spawnSync('criu', ['--version']).status !== 0 && 'criu not on PATH (source .device/setup.sh)';
   const APP = process.env.GPU_TEST_LAUNCH_APP ?? path.join(BIN_DIR, 'static_cudart');
   const twoGpus = gpuUuids().length >= 2;
   const started = new Set(); // PIDs this scenario made (launched or restored): ended by PID at the end
-  const endAll = () => {
-    for (const pid of started) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-    started.clear();
-  };
+  const endAll = () => endPids(started);
   const waitGone = async (pid, what) => {
     for (let i = 0; i < 400 && running(pid); i++) await sleep(25);
     if (running(pid)) throw failure(`${what}: process ${pid} still runs`);
@@ -402,9 +393,10 @@ export async function runLaunch(h) {
     await new Promise((res) => server.listen(sock, res));
     const lines = [];
     try {
+      // The Unix socket first: a listening TCP socket is carried where CRIU can (then the job is checkpointed).
       for (const [cmd, expect] of [
-        ['listen', /^gpuckpt: process \d+ \(python3\) holds a TCP socket listening on port \d+, and CRIU .* cannot save TCP or UDP sockets|holds a TCP socket listening/],
         [`connect ${sock}`, /^gpuckpt: process \d+ \(python3\) fd \d+ is a Unix socket connected to process \d+ \(node\), outside the job/],
+        ['listen', /^gpuckpt: process \d+ \(python3\) holds a TCP socket listening on port \d+, and CRIU .* cannot save TCP or UDP sockets|holds a TCP socket listening/],
       ]) {
         await job.send(cmd, 'socket');
         const out = path.join(job.dir, `refused-${lines.length}`);

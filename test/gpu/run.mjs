@@ -655,6 +655,18 @@ function gpuMemoryOf(pid) {
   return out;
 }
 
+/** SIGKILL to each PID of a set this runner made (launched or restored), which is emptied. */
+function endPids(pids) {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  pids.clear();
+}
+
 /** Running, not a zombie waiting for its reaper. */
 function running(pid) {
   try {
@@ -1414,7 +1426,11 @@ async function main() {
   }
   if (['launch'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runLaunch } = await import('./launch.mjs');
-    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running });
+    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids });
+  }
+  if (['distributed'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runDistributed } = await import('./distributed.mjs');
+    await runDistributed({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, measure, tmpRoot, gpuUuids, gpuMemoryOf, gpuInfo, say, running, endPids });
   }
   await test('torch', needCli(() => jobScenario('torch', 'torch')));
   await test('torch/process', needCli(() => jobProcessScenario('torch/process', 'torch')));

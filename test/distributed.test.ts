@@ -1,0 +1,220 @@
+/**
+ * Distributed jobs on the CPU: a launcher and its ranks (test/apps/ddp_app,
+ * like torchrun and a DDP script) whose NCCL (the fake libnccl of
+ * test/fake-nccl) really exchanges data, so a rank stopped at the wrong
+ * point hangs its peers and a wrong restore prints other losses. The job is
+ * started as a script starts it (a background job under gpuckpt run) and
+ * taken through every verb as one; its losses must equal an uninterrupted
+ * run's. What cannot be carried is refused in one line, untouched; a cut
+ * that cannot be reached, or a controller killed midway, leaves every rank
+ * running or held for `gpuckpt resume`.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BIN, checkpointingSandbox, eventually, json, TEST_BUILD } from './helpers/e2e.js';
+
+const { box, env } = checkpointingSandbox();
+const DDP = join(TEST_BUILD, 'ddp_app');
+const jobs: ChildProcess[] = [];
+afterAll(() => {
+  for (const j of jobs) if (j.exitCode === null) j.kill('SIGKILL');
+});
+
+const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
+const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+
+interface Job {
+  launcher: ChildProcess;
+  pid: number;
+  out: string;
+  ranks: () => number[];
+  steps: () => string[];
+  ended: Promise<number | null>;
+}
+
+/** gpuckpt run [--name] -- ddp_app ARGS, output to a file, as a script's background job. */
+async function startJob(name: string, args: string[], extra: Record<string, string> = {}, ready = true): Promise<Job> {
+  const dir = box.path(`${name}-${jobs.length}`);
+  mkdirSync(join(dir, 'store'), { recursive: true });
+  const out = join(dir, 'out');
+  const fd = openSync(out, 'a');
+  const launcher = spawn(BIN, ['run', '--name', name, '--', DDP, ...args], { env: box.env({ ...env, FAKE_CUDA_CKPT_BLOCK: '1', DDP_STORE: join(dir, 'store'), ...extra }), stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  jobs.push(launcher);
+  const ended = new Promise<number | null>((res) => launcher.on('exit', (code) => res(code)));
+  const text = () => (existsSync(out) ? readFileSync(out, 'utf8') : '');
+  const job: Job = {
+    launcher,
+    pid: launcher.pid!,
+    out,
+    ranks: () =>
+      [...text().matchAll(/^rank (\d+) ready pid (\d+)$/gm)]
+        .sort((x, y) => Number(x[1]) - Number(y[1]))
+        .map((m) => Number(m[2])),
+    steps: () => text().split('\n').filter((l) => / step /.test(l)),
+    ended,
+  };
+  const want = args[0] === 'launch' ? Number(args[1]) : 1;
+  if (ready && !(await eventually(() => job.ranks().length === want))) throw new Error(`job did not start: ${text()}`);
+  return job;
+}
+
+/** The losses of an uninterrupted run of the same shape, sorted. */
+function reference(args: string[], extra: Record<string, string> = {}): string[] {
+  const store = box.path(`ref-${Math.random().toString(36).slice(2)}`);
+  mkdirSync(store);
+  const r = spawnSync(DDP, [...args.slice(0, 3), '0'], { env: { ...process.env, LD_LIBRARY_PATH: join(TEST_BUILD, 'fake'), DDP_STORE: store, ...extra }, encoding: 'utf8', timeout: 60_000 });
+  expect(r.status).toBe(0);
+  return r.stdout.split('\n').filter((l) => / step /.test(l)).sort();
+}
+
+/** The launcher and every rank, by PID. */
+function endJob(job: Job): void {
+  for (const p of [job.pid, ...job.ranks()]) {
+    try {
+      process.kill(p, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
+async function progresses(job: Job): Promise<boolean> {
+  const n = job.steps().length;
+  return eventually(() => job.steps().length >= n + 4);
+}
+
+describe('a job of two ranks', () => {
+  it('every verb on the whole job, by name or launcher PID: losses equal an uninterrupted run', async () => {
+    const args = ['launch', '2', '150', '25'];
+    const job = await startJob('ddp', args, { DDP_SPLIT: '1' });
+    const [r0, r1] = job.ranks();
+
+    const rows = json<any[]>(cli(['ps', '--json']).stdout).filter((r) => r.job?.launcher === job.pid);
+    expect(rows.map((r) => [r.pid, r.job.name, r.nccl])).toEqual([
+      [r0, 'ddp', [{ rank: 0, nranks: 2, down: false }, { rank: 0, nranks: 2, down: false }]],
+      [r1, 'ddp', [{ rank: 1, nranks: 2, down: false }, { rank: 1, nranks: 2, down: false }]],
+    ]);
+    expect(cli(['ps']).stdout).toMatch(new RegExp(`^job ${job.pid} \\(ddp\\): 2 CUDA process\\(es\\) ${r0}, ${r1}; GPUs 0; pool .* in use$`, 'm'));
+
+    const g = cli(['checkpoint', 'ddp', '--gpu-only', '-o', box.path('g'), '--json']);
+    expect(g.stderr).toBe('');
+    expect(json(g.stdout)).toMatchObject({ pid: job.pid, members: [r0, r1], communicators: 2 });
+    expect(readdirSync(box.path('g')).sort()).toEqual(['gpuckpt-job.json', 'manifest', 'members', 'pool.zst']);
+    expect(json(cli(['inspect', join(box.path('g'), 'members', String(r1)), '--json']).stdout)).toMatchObject({ verified: true });
+    expect(await progresses(job)).toBe(true);
+
+    const s = cli(['suspend', String(job.pid), '--json']);
+    expect(s.stderr).toBe('');
+    expect(json(s.stdout)).toMatchObject({ members: [r0, r1], communicators: 2 });
+    const held = job.steps().length;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(job.steps().length).toBe(held);
+    expect(json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === r0).nccl[0]).toEqual({ rank: 0, nranks: 2, down: true });
+    const r = cli(['resume', 'ddp', '--json']);
+    expect(r.stderr).toBe('');
+    expect(json(r.stdout)).toMatchObject({ members: [r0, r1], communicators: 2 });
+    expect(await progresses(job)).toBe(true);
+
+    const l = cli(['checkpoint', 'ddp', '-o', box.path('l'), '--leave-running', '--json']);
+    expect(l.stderr).toBe('');
+    expect(json(l.stdout)).toMatchObject({ members: [r0, r1], leftRunning: true, whyThroughHost: 'the job runs NCCL; a copy on the GPU serves a job of one process without it' });
+    expect(readdirSync(join(box.path('l'), 'members'))).toEqual([String(r1)]);
+    expect(await progresses(job)).toBe(true);
+
+    expect(await job.ended).toBe(0);
+    expect(job.steps().sort()).toEqual(reference(args, { DDP_SPLIT: '1' }));
+  });
+
+  it('checkpoint stops the whole job with its communicators torn down', async () => {
+    const job = await startJob('ddp-stop', ['launch', '2', '400', '25']);
+    const c = cli(['checkpoint', String(job.pid), '-o', box.path('c'), '--json']);
+    expect(c.stderr).toBe('');
+    expect(json(c.stdout)).toMatchObject({ members: job.ranks(), leftRunning: false });
+    // The fake CRIU stops the tree; the real one ends it.
+    const dumped = json(readFileSync(join(box.path('c'), 'criu', 'fake-criu.json'), 'utf8'));
+    expect(dumped.tree.map(Number).sort()).toEqual([job.pid, ...job.ranks()].sort());
+    endJob(job);
+  });
+});
+
+describe('refused before anything is touched', () => {
+  it('one rank alone, by every verb: one line, the job trains on', async () => {
+    const job = await startJob('alone', ['launch', '2', '2000', '10']);
+    const rank1 = job.ranks()[1]!;
+    for (const [args, pattern] of [
+      [['suspend', String(rank1)], new RegExp(`^gpuckpt: NCCL communicator \\w+ of process ${rank1} has 2 ranks and only 1 in it \\(rank 1 is process ${rank1}\\): stopping part of it would stop the others at their next collective; suspend the whole job instead: gpuckpt suspend ${job.pid}\\n$`)],
+      [['checkpoint', String(rank1), '-o', box.path('x')], /checkpoint the whole job instead: gpuckpt checkpoint \d+\n$/],
+      [['checkpoint', String(rank1), '--gpu-only', '-o', box.path('x')], /checkpoint the whole job instead/],
+      [['migrate', String(rank1), '--to-device', '0'], /a migrate moves one process alone; move its job instead: gpuckpt suspend JOB, then gpuckpt resume JOB --device 0\n$/],
+    ] as const) {
+      const r = cli([...args]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(pattern);
+      oneLine(r.stderr);
+      expect(existsSync(box.path('x'))).toBe(false);
+      expect(await progresses(job)).toBe(true);
+    }
+    endJob(job);
+  });
+
+  it('a communicator with a rank in another job, and registered buffers', async () => {
+    const store = box.path('split-store');
+    mkdirSync(store);
+    const a = await startJob('part-a', ['rank', '0', '2', '2000', '10'], { DDP_STORE: store }, false);
+    const b = await startJob('part-b', ['rank', '1', '2', '2000', '10'], { DDP_STORE: store }, false);
+    expect(await eventually(() => a.ranks().length === 1 && b.ranks().length === 1)).toBe(true);
+    const r = cli(['suspend', 'part-a']);
+    expect(r.stderr).toMatch(/^gpuckpt: NCCL communicator \w+ of process \d+ has 2 ranks and only 1 in it \(rank 0 is process \d+\): stopping part of it would stop the others at their next collective; suspend a process whose descendants hold every rank \(the job's launcher\)\n$/);
+    expect(await progresses(a)).toBe(true);
+    for (const j of [a, b]) endJob(j);
+
+    const reg = await startJob('registered', ['launch', '2', '2000', '10'], { DDP_REGISTER: '1' });
+    const g = cli(['checkpoint', 'registered', '--gpu-only', '-o', box.path('reg')]);
+    expect(g.stderr).toMatch(/^gpuckpt: process \d+ communicator \w+ \(rank 0 of 2\) has 1 buffers registered with ncclCommRegister, which a communicator made again would not have; deregister them first/);
+    oneLine(g.stderr);
+    expect(existsSync(box.path('reg'))).toBe(false);
+    expect(await progresses(reg)).toBe(true);
+    endJob(reg);
+  });
+
+  it('a cut not reached in time is let go: one line, the job runs on', async () => {
+    const job = await startJob('stuck', ['launch', '2', '2000', '10']);
+    const [r0, r1] = job.ranks() as [number, number];
+    // Rank 1 busy outside NCCL for 3 s: rank 0 waits inside its next
+    // collective, and rank 1 cannot catch up in time.
+    process.kill(r1, 'SIGUSR1');
+    await new Promise((r) => setTimeout(r, 200));
+    const s = cli(['suspend', String(job.pid)], { GPUCKPT_CUT_TIMEOUT: '0.5' });
+    expect(s.stderr).toMatch(new RegExp(`^gpuckpt: the ranks did not reach a common collective boundary in 0.5 s \\(process ${r0} inside 1 NCCL call\\(s\\), process ${r1} at collective \\d+ of \\d+ on communicator \\w+\\); the job runs on as it was\\n$`));
+    const n = job.steps().length;
+    for (let i = 0; i < 100 && job.steps().length < n + 4; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(job.steps().length).toBeGreaterThanOrEqual(n + 4);
+    endJob(job);
+  });
+});
+
+describe('the controller killed', () => {
+  it('at random points of a job suspend: every rank runs on, or resume brings the job back', async () => {
+    const args = ['launch', '2', '600', '10'];
+    const job = await startJob('killed', args);
+    for (let round = 0; round < 8; round++) {
+      const child = box.cliAsync(['suspend', 'killed'], env);
+      const exited = new Promise((r) => child.on('exit', r));
+      await new Promise((r) => setTimeout(r, 40 + round * 45));
+      child.kill('SIGKILL');
+      await exited;
+      const rows = json<any[]>(cli(['ps', '--json']).stdout).filter((r) => r.job?.launcher === job.pid);
+      const r = cli(['resume', 'killed']);
+      // Held (suspended, or its communicators down): resume brings it back;
+      // not yet held, or let go when its holder left: nothing to resume.
+      if (rows.some((r) => r.poolState === 'suspended' || r.nccl.some((c: { down: boolean }) => c.down))) expect(r.stderr).toBe('');
+      else expect(r.stderr).toMatch(/^gpuckpt: (the job of process \d+ is not suspended|.*)\n$/);
+      expect(await progresses(job)).toBe(true);
+    }
+    expect(await job.ended).toBe(0);
+    expect(job.steps().sort()).toEqual(reference(args));
+  });
+});

@@ -1,0 +1,273 @@
+/* A fake libnccl.so.2 for CPU-only tests: the communicators of a job's
+ * processes really exchange data, through a shared-memory segment per
+ * communicator, and a collective returns only once every rank has made it
+ * (the real one returns at once, and the GPU waits): a rank stopped while a
+ * peer is inside a collective leaves that peer waiting, as on a GPU.
+ *
+ * Device memory is host memory in the fake libcuda, so buffers are read and
+ * written directly. Supported: float sum all-reduce, broadcast (ncclBcast
+ * calls ncclBroadcast through the PLT, as NCCL's own does), split, groups
+ * (their calls run at once, in order), finalize/destroy/abort, the
+ * queries, register/deregister, ncclMemAlloc. While a process has a
+ * communicator, the file <fake ckpt dir>/<pid>.peers exists: the fake
+ * driver then refuses to checkpoint it, as the real one fails on a process
+ * holding peers' memory. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+#define MAX_RANKS 8
+#define MAX_FLOATS (1 << 18)
+
+typedef int ncclResult_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+enum { ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument, ncclInvalidUsage };
+
+struct segment {
+    atomic_int attached;
+    atomic_int arrived;
+    atomic_int generation;
+    int nranks;
+    int colors[MAX_RANKS], keys[MAX_RANKS];
+    float data[MAX_RANKS][MAX_FLOATS];
+};
+
+struct ncclComm {
+    struct segment *seg;
+    char name[96];
+    int nranks, rank, device;
+    unsigned splits;
+    int registered;
+};
+typedef struct ncclComm *ncclComm_t;
+
+static int live_comms;
+
+static void peers_marker(int delta)
+{
+    live_comms += delta;
+    char dir[256], path[300];
+    const char *d = getenv("FAKE_CUDA_CKPT_DIR");
+    if (d)
+        snprintf(dir, sizeof(dir), "%s", d);
+    else
+        snprintf(dir, sizeof(dir), "/tmp/fake-cuda-ckpt-%u", (unsigned)getuid());
+    mkdir(dir, 0700);
+    snprintf(path, sizeof(path), "%s/%d.peers", dir, (int)getpid());
+    if (live_comms > 0) {
+        int fd = open(path, O_WRONLY | O_CREAT, 0600);
+        if (fd >= 0)
+            close(fd);
+    } else {
+        unlink(path);
+    }
+}
+
+static void nap(void)
+{
+    struct timespec t = { 0, 20000 };
+    nanosleep(&t, NULL);
+}
+
+static void barrier(struct ncclComm *c)
+{
+    struct segment *s = c->seg;
+    int g = atomic_load(&s->generation);
+    if (atomic_fetch_add(&s->arrived, 1) == c->nranks - 1) {
+        atomic_store(&s->arrived, 0);
+        atomic_fetch_add(&s->generation, 1);
+    } else {
+        while (atomic_load(&s->generation) == g)
+            nap();
+    }
+}
+
+static ncclResult_t attach(struct ncclComm **out, const char *name, int nranks, int rank, int device)
+{
+    if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+    if (fd < 0)
+        return ncclSystemError;
+    if (ftruncate(fd, sizeof(struct segment)) != 0) {
+        close(fd);
+        return ncclSystemError;
+    }
+    struct segment *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (s == MAP_FAILED)
+        return ncclSystemError;
+    struct ncclComm *c = calloc(1, sizeof(*c));
+    c->seg = s;
+    snprintf(c->name, sizeof(c->name), "%s", name);
+    c->nranks = nranks;
+    c->rank = rank;
+    c->device = device;
+    s->nranks = nranks;
+    atomic_fetch_add(&s->attached, 1);
+    while (atomic_load(&s->attached) < nranks)
+        nap();
+    barrier(c);
+    if (rank == 0)
+        shm_unlink(name); /* the mappings keep it */
+    peers_marker(1);
+    *out = c;
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclGetVersion(int *v)
+{
+    *v = 22809;
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    static unsigned counter;
+    memset(id, 0, sizeof(*id));
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    snprintf(id->internal, sizeof(id->internal), "/fakenccl-%d-%u-%ld", (int)getpid(), counter++, (long)t.tv_nsec);
+    return ncclSuccess;
+}
+
+static int current_device(void)
+{
+    const char *d = getenv("FAKE_NCCL_DEVICE");
+    return d ? atoi(d) : 0;
+}
+
+API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+    return attach(comm, id.internal, nranks, rank, current_device());
+}
+
+API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config)
+{
+    return attach(comm, id.internal, nranks, rank, current_device());
+}
+
+API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config)
+{
+    struct segment *s = comm->seg;
+    s->colors[comm->rank] = color;
+    s->keys[comm->rank] = key;
+    barrier(comm);
+    int n = 0, rank = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (s->colors[r] != color)
+            continue;
+        n++;
+        if (s->keys[r] < key || (s->keys[r] == key && r < comm->rank))
+            rank++;
+    }
+    unsigned split = comm->splits++;
+    barrier(comm);
+    if (color < 0) {
+        *newcomm = NULL;
+        return ncclSuccess;
+    }
+    char name[96];
+    snprintf(name, sizeof(name), "%.60s.%u.%d", comm->name, split, color);
+    return attach(newcomm, name, n, rank, comm->device);
+}
+
+static ncclResult_t detach(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclInvalidArgument;
+    munmap(comm->seg, sizeof(*comm->seg));
+    free(comm);
+    peers_marker(-1);
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
+API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return detach(comm); }
+API ncclResult_t ncclCommAbort(ncclComm_t comm) { return detach(comm); }
+
+API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e)
+{
+    *e = ncclSuccess;
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+API ncclResult_t ncclCommCount(ncclComm_t comm, int *n) { *n = comm->nranks; return ncclSuccess; }
+API ncclResult_t ncclCommUserRank(ncclComm_t comm, int *r) { *r = comm->rank; return ncclSuccess; }
+API ncclResult_t ncclCommCuDevice(ncclComm_t comm, int *d) { *d = comm->device; return ncclSuccess; }
+API const char *ncclGetErrorString(ncclResult_t r) { return r ? "fake nccl error" : "no error"; }
+API const char *ncclGetLastError(ncclComm_t comm) { return ""; }
+
+API ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int datatype, int op, ncclComm_t comm, void *stream)
+{
+    if (count > MAX_FLOATS || datatype != 7 || op != 0)
+        return ncclInvalidArgument;
+    struct segment *s = comm->seg;
+    memcpy(s->data[comm->rank], send, count * sizeof(float));
+    barrier(comm);
+    float *out = recv;
+    for (size_t i = 0; i < count; i++) {
+        float sum = 0;
+        for (int r = 0; r < comm->nranks; r++)
+            sum += s->data[r][i];
+        out[i] = sum;
+    }
+    barrier(comm);
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int datatype, int root, ncclComm_t comm, void *stream)
+{
+    if (count > MAX_FLOATS || datatype != 7 || root < 0 || root >= comm->nranks)
+        return ncclInvalidArgument;
+    struct segment *s = comm->seg;
+    if (comm->rank == root)
+        memcpy(s->data[root], send, count * sizeof(float));
+    barrier(comm);
+    memmove(recv, s->data[root], count * sizeof(float));
+    barrier(comm);
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclBcast(void *buff, size_t count, int datatype, int root, ncclComm_t comm, void *stream)
+{
+    return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+API ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+API ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+
+API ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    comm->registered++;
+    *handle = buff;
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle)
+{
+    comm->registered--;
+    return ncclSuccess;
+}
+
+API ncclResult_t ncclMemAlloc(void **ptr, size_t size)
+{
+    *ptr = malloc(size);
+    return *ptr ? ncclSuccess : ncclSystemError;
+}
+
+API ncclResult_t ncclMemFree(void *ptr)
+{
+    free(ptr);
+    return ncclSuccess;
+}

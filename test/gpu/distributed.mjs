@@ -1,0 +1,328 @@
+// Distributed jobs (part of npm run test:gpu; two GPUs): a 2-rank PyTorch
+// DDP job started as users start it, a script's background job
+// `gpuckpt run --name N -- torchrun --standalone --nproc_per_node=2
+// ddp_train.py > log 2>&1 &`, taken through every verb on the whole job:
+//   distributed/ddp       ps (the job, its ranks, GPUs, pools);
+//                         checkpoint JOB --gpu-only; suspend JOB (no rank
+//                         holds GPU memory) and resume; checkpoint JOB
+//                         --leave-running; checkpoint JOB (the job is gone,
+//                         the GPUs free); restore --detach --device 1 (rank 0
+//                         on GPU 1, rank 1 on GPU 0). Every rank's losses,
+//                         all-reduced losses and buffer checksums are bit
+//                         identical to an uninterrupted run.
+//   distributed/refused   what must be refused, in one line, untouched, the
+//                         job training on: one rank alone (suspend, migrate,
+//                         checkpoint); a job whose communicator has a rank in
+//                         another job (two `gpuckpt run`s of one rank each).
+//   distributed/bench     (GPU_TEST_DDP_BENCH=1, or npm run bench): the job's
+//                         times beside one rank alone and beside a single
+//                         process of the same total memory, GPU_TEST_DDP_RUNS
+//                         runs each (default 3); medians to $BENCH_OUT, else
+//                         $OUT, as ddp.json (bench-report.mjs). The anchor
+//                         (driver API + CRIU) is tried on the job too.
+// One `measure` line per verb with its times.
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+
+export async function runDistributed(h) {
+  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, measure, tmpRoot, gpuUuids, gpuMemoryOf, gpuInfo, say, running, endPids } = h;
+  const SCRIPT = path.join(ROOT, 'test', 'gpu', 'apps', 'ddp_train.py');
+  const why = () =>
+    (gpuUuids().length < 2 && 'needs two GPUs') ||
+    (spawnSync('python3', ['-c', 'import torch; assert torch.cuda.device_count() >= 2 and torch.distributed.is_nccl_available()']).status !== 0 && 'no PyTorch with NCCL here') ||
+    (spawnSync('criu', ['--version']).status !== 0 && 'criu not on PATH (source .device/setup.sh)');
+  const sh = (s) => `'${String(s).replace(/'/g, `'\\''`)}'`;
+  const started = new Set(); // PIDs this scenario made (launched or restored): ended by PID at the end
+  const endAll = () => endPids(started);
+  const freePort = () =>
+    new Promise((res) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = s.address();
+        s.close(() => res(port));
+      });
+    });
+
+  /** A script's background job: prints the launcher's PID and ends. */
+  function startJob(dir, name, args, env) {
+    const exports = Object.entries(env).map(([k, v]) => `export ${k}=${sh(v)}; `).join('');
+    const r = spawnSync('bash', ['-c', `${exports}${sh(GPUCKPT)} run --name ${name} -- ${args.map(sh).join(' ')} >${sh(path.join(dir, `${name}.log`))} 2>&1 </dev/null & echo $!`], { cwd: dir, encoding: 'utf8' });
+    const pid = Number(r.stdout.trim());
+    if (!pid) throw failure(`could not start ${name}: ${r.stderr}`);
+    started.add(pid);
+    return pid;
+  }
+  const lines = (dir, rank) => {
+    try {
+      return fs.readFileSync(path.join(dir, `rank${rank}.txt`), 'utf8').trim().split('\n').filter(Boolean);
+    } catch {
+      return [];
+    }
+  };
+  const log = (dir, name) => {
+    try {
+      return fs.readFileSync(path.join(dir, `${name}.log`), 'utf8').trim().split('\n').slice(-3).join(' | ');
+    } catch {
+      return '';
+    }
+  };
+  async function untilStep(dir, n, what, ms = 180_000, nproc = 2) {
+    const t0 = Date.now();
+    while (Math.min(...[0, 1].slice(0, nproc).map((r) => lines(dir, r).length)) < n) {
+      if (Date.now() - t0 > ms) throw failure(`${what}: the job did not reach step ${n} (${lines(dir, 0).length}, ${lines(dir, 1).length} lines): ${log(dir, 'ddp')}`);
+      await sleep(100);
+    }
+  }
+  async function untilGone(pid, what, ms = 300_000) {
+    const t0 = Date.now();
+    while (running(pid)) {
+      if (Date.now() - t0 > ms) throw failure(`${what}: process ${pid} still runs`);
+      await sleep(100);
+    }
+  }
+  const ranksOf = (launcher) => {
+    const kids = [];
+    const walk = (p) => {
+      for (const t of fs.readdirSync(`/proc/${p}/task`))
+        for (const c of fs.readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').split(' ').filter(Boolean)) {
+          kids.push(Number(c));
+          walk(Number(c));
+        }
+    };
+    walk(launcher);
+    return kids.filter((k) => fs.readFileSync(`/proc/${k}/maps`, 'utf8').includes('libgpuckpt.so') && Object.keys(gpuMemoryOf(k)).length);
+  };
+  const ENV = { NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', PYTHONUNBUFFERED: '1' };
+  const torchrun = ['torchrun', '--standalone', '--nproc_per_node=2', SCRIPT];
+
+  async function reference(steps) {
+    const dir = fs.mkdtempSync(path.join(tmpRoot, 'ddp-ref-'));
+    const r = spawnSync('torchrun', ['--standalone', '--nproc_per_node=2', SCRIPT], { cwd: dir, encoding: 'utf8', timeout: 300_000, env: { ...process.env, ...ENV, DDP_OUT: dir, DDP_STEPS: String(steps) } });
+    if (r.status !== 0) throw failure(`uninterrupted run failed: ${(r.stderr || '').trim().split('\n').slice(-3).join(' | ')}`);
+    return [lines(dir, 0), lines(dir, 1)];
+  }
+
+  await test('distributed/ddp', async () => {
+    const no = why();
+    if (no) throw new Skip(no);
+    const steps = Number(process.env.GPU_TEST_DDP_STEPS ?? 60);
+    const want = reference(steps);
+    want.catch(() => undefined);
+    const dir = fs.mkdtempSync(path.join(tmpRoot, 'ddp-'));
+    const m = {};
+    const table = [];
+    try {
+      const job = startJob(dir, 'ddp', torchrun, { ...ENV, DDP_OUT: dir, DDP_STEPS: String(steps), DDP_STEP_SLEEP: '0.2' });
+      await untilStep(dir, 3, 'start');
+      for (const r of ranksOf(job)) started.add(r);
+      const ps = await cliJson(['ps', '--json']);
+      const ranks = ps.filter((r) => r.job?.launcher === job && r.nccl.length);
+      if (ranks.length !== 2 || ranks.some((r) => r.job.name !== 'ddp' || r.nccl.length < 1)) throw failure(`ps: ${JSON.stringify(ranks.map((r) => ({ pid: r.pid, job: r.job, nccl: r.nccl })))}`);
+      table.push('ps: pass');
+
+      const g = await cliJson(['checkpoint', 'ddp', '--gpu-only', '-o', path.join(dir, 'G'), '--json'], 300_000);
+      if (!(g.members?.length >= 2) || !fs.existsSync(path.join(dir, 'G', 'members'))) throw failure(`gpu-only: ${JSON.stringify(g).slice(0, 300)}`);
+      Object.assign(m, { gpu_only_cut_s: g.cutSeconds, gpu_only_pause_s: g.pauseSeconds, gpu_only_s: g.seconds, gpu_only_raw_GB: g.rawBytes / 1e9 });
+      table.push('checkpoint --gpu-only: pass');
+      await untilStep(dir, lines(dir, 0).length + 2, 'after gpu-only');
+
+      const s = await cliJson(['suspend', String(job), '--json'], 300_000);
+      const held = ranksOf(job);
+      if (held.length) throw failure(`suspend: ranks ${held.join(', ')} still hold GPU memory`);
+      const n = lines(dir, 0).length;
+      await sleep(1000);
+      if (lines(dir, 0).length !== n) throw failure('suspend: the job trained on while suspended');
+      const r = await cliJson(['resume', String(job), '--json'], 300_000);
+      Object.assign(m, { suspend_cut_s: s.cutSeconds, suspend_teardown_s: s.teardownSeconds, suspend_gpu_free_s: s.gpuFreeSeconds, suspend_s: s.seconds, resume_rebuild_s: r.rebuildSeconds, resume_s: r.seconds });
+      table.push('suspend/resume: pass');
+      await untilStep(dir, n + 2, 'after resume');
+
+      const l = await cliJson(['checkpoint', String(job), '-o', path.join(dir, 'L'), '--leave-running', '--json'], 300_000);
+      Object.assign(m, { leave_pause_s: l.pauseSeconds, leave_s: l.seconds, leave_dump_s: l.dumpSeconds });
+      table.push('checkpoint --leave-running: pass');
+      await untilStep(dir, lines(dir, 0).length + 2, 'after --leave-running');
+
+      const c = await cliJson(['checkpoint', 'ddp', '-o', path.join(dir, 'C'), '--json'], 300_000);
+      await untilGone(job, 'after checkpoint', 30_000);
+      Object.assign(m, { ckpt_s: c.seconds, ckpt_gpu_free_s: c.gpuFreeSeconds, ckpt_dump_s: c.dumpSeconds, ckpt_stored_GB: c.storedBytes / 1e9 });
+      table.push('checkpoint: pass');
+
+      const t0 = Date.now();
+      const rs = await cliJson(['restore', path.join(dir, 'C'), '--detach', '--device', '1', '--json'], 300_000);
+      m.restore_s = (Date.now() - t0) / 1000;
+      m.restore_criu_s = rs.criuSeconds;
+      started.add(rs.pid);
+      table.push('restore --device 1 (ranks swapped): pass');
+      await untilGone(job, 'the restored job', 600_000);
+      const got = [lines(dir, 0), lines(dir, 1)];
+      const ref = await want;
+      for (const rank of [0, 1]) {
+        if (got[rank].at(-1) !== 'done') throw failure(`rank ${rank} did not finish: ${got[rank].at(-1)} (${log(dir, 'ddp')})`);
+        const diff = ref[rank].findIndex((x, i) => got[rank][i] !== x);
+        if (diff >= 0 || got[rank].length !== ref[rank].length) throw failure(`rank ${rank} step ${diff}: ${got[rank][diff]} vs ${ref[rank][diff]} uninterrupted`);
+      }
+    } finally {
+      endAll();
+      for (const img of ['G', 'L', 'C']) fs.rmSync(path.join(dir, img), { recursive: true, force: true });
+    }
+    measure('distributed/ddp', m);
+    say(`# distributed/ddp: ${table.join('; ')}`);
+    return `${steps} steps of both ranks bit-identical to an uninterrupted run across ${table.length} verbs`;
+  });
+
+  await test('distributed/refused', async () => {
+    const no = why();
+    if (no) throw new Skip(no);
+    const dir = fs.mkdtempSync(path.join(tmpRoot, 'ddp-refused-'));
+    const refusals = [];
+    const refuse = async (args, pattern, jobDir) => {
+      const before = lines(jobDir, 0).length;
+      const r = await runCli(args, 120_000);
+      const line = r.stderr.trim();
+      if (r.code === 0 || !pattern.test(line) || line.includes('\n')) throw failure(`gpuckpt ${args.join(' ')}: exit ${r.code}: ${line}`);
+      await untilStep(jobDir, before + 2, `after the refused ${args[0]}`);
+      refusals.push(line);
+      say(`# refused: ${line}`);
+    };
+    try {
+      const steps = 400;
+      const job = startJob(dir, 'ddp', torchrun, { ...ENV, DDP_OUT: dir, DDP_STEPS: String(steps), DDP_STEP_SLEEP: '0.2', DDP_BUFFER_GIB: '0.25' });
+      await untilStep(dir, 2, 'start');
+      const ranks = ranksOf(job).sort((a, b) => a - b);
+      for (const r of ranks) started.add(r);
+      const rank1 = ranks.at(-1);
+      await refuse(['suspend', String(rank1)], /^gpuckpt: NCCL communicator \w+ of process \d+ has 2 ranks and only 1 in it .*suspend the whole job instead: gpuckpt suspend \d+$/, dir);
+      await refuse(['migrate', String(rank1), '--to-device', '0'], /a migrate moves one process alone/, dir);
+      await refuse(['checkpoint', String(rank1), '-o', path.join(dir, 'X')], /has 2 ranks and only 1 in it/, dir);
+      if (fs.existsSync(path.join(dir, 'X'))) throw failure('a refused checkpoint left an image');
+      process.kill(job, 'SIGTERM');
+      await untilGone(job, 'the refused job', 60_000);
+
+      // Two jobs of one rank each, one communicator between them.
+      const port = await freePort();
+      const split = fs.mkdtempSync(path.join(tmpRoot, 'ddp-split-'));
+      const common = { ...ENV, DDP_OUT: split, DDP_STEPS: String(steps), DDP_STEP_SLEEP: '0.2', DDP_BUFFER_GIB: '0.25', WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) };
+      const a = startJob(split, 'ranka', ['python3', SCRIPT], { ...common, RANK: '0', LOCAL_RANK: '0' });
+      const b = startJob(split, 'rankb', ['python3', SCRIPT], { ...common, RANK: '1', LOCAL_RANK: '1' });
+      await untilStep(split, 2, 'the split job');
+      await refuse(['checkpoint', 'ranka', '--gpu-only', '-o', path.join(split, 'Y')], /has 2 ranks and only 1 in it/, split);
+      await refuse(['suspend', String(b)], /has 2 ranks and only 1 in it/, split);
+      process.kill(a, 'SIGTERM');
+      process.kill(b, 'SIGTERM');
+    } finally {
+      endAll();
+    }
+    return `refused in one line, nothing touched, the job trained on: ${refusals.map((l) => `"${l.slice(9, 110)}…"`).join('; ')}`;
+  });
+
+  // ------------------------------------------------------------ benchmark --
+
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
+
+  /** One shape (nproc ranks of gib GiB buffers each) through each verb, runs times; metrics under prefix. */
+  async function benchShape(prefix, nproc, gib, runs, add) {
+    const dir = fs.mkdtempSync(path.join(tmpRoot, `bench-${prefix}-`));
+    const args = ['torchrun', '--standalone', `--nproc_per_node=${nproc}`, SCRIPT];
+    const job = startJob(dir, 'bench', args, { ...ENV, DDP_OUT: dir, DDP_STEPS: '100000', DDP_STEP_SLEEP: '0.05', DDP_BUFFER_GIB: String(gib) });
+    const n = () => lines(dir, 0).length;
+    try {
+      await untilStep(dir, 3, `${prefix}: start`, 120_000, nproc);
+      for (const r of ranksOf(job)) started.add(r);
+      for (let i = 0; i < runs; i++) {
+        const g = await cliJson(['checkpoint', String(job), '--gpu-only', '-o', path.join(dir, 'G'), '--json'], 600_000);
+        add(`${prefix}_gpu_only_pause_s`, g.pauseSeconds);
+        add(`${prefix}_gpu_only_s`, g.seconds);
+        fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
+        const s = await cliJson(['suspend', String(job), '--json'], 600_000);
+        add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
+        const r = await cliJson(['resume', String(job), '--json'], 600_000);
+        add(`${prefix}_resume_s`, r.seconds);
+        await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
+        const c = await cliJson(['checkpoint', String(job), '-o', path.join(dir, 'C'), '--json'], 600_000);
+        await untilGone(job, `${prefix}: after checkpoint`, 60_000);
+        add(`${prefix}_ckpt_s`, c.seconds);
+        add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);
+        add(`${prefix}_ckpt_dump_s`, c.dumpSeconds);
+        add(`${prefix}_image_bytes`, du(path.join(dir, 'C')));
+        add(`${prefix}_pool_bytes`, c.rawBytes);
+        const t0 = performance.now();
+        const rs = await cliJson(['restore', path.join(dir, 'C'), '--detach', '--json'], 600_000);
+        add(`${prefix}_restore_s`, (performance.now() - t0) / 1000);
+        add(`${prefix}_restore_criu_s`, rs.criuSeconds);
+        fs.rmSync(path.join(dir, 'C'), { recursive: true, force: true });
+        await untilStep(dir, n() + 2, `${prefix}: after restore`, 120_000, nproc);
+        say(`# ${prefix} run ${i + 1}: gpu-only pause ${g.pauseSeconds} s, suspend ${s.gpuFreeSeconds} s, resume ${r.seconds} s, checkpoint ${c.seconds} s, restore ${((performance.now() - t0) / 1000).toFixed(2)} s`);
+      }
+      return job;
+    } catch (e) {
+      endAll();
+      throw e;
+    }
+  }
+
+  /** The anchor on the running job: the driver's lock and checkpoint of every rank (each bounded), then CRIU. */
+  function anchorOn(job) {
+    const ranks = ranksOf(job);
+    const step = (pid, s) => {
+      const r = spawnSync(path.join(BIN_DIR, 'driver_ckpt'), [String(pid), s], { encoding: 'utf8', timeout: 30_000 });
+      return r.error?.code === 'ETIMEDOUT' || r.signal ? 'did not return in 30 s' : r.status !== 0 ? (r.stdout || r.stderr || '').trim().split('\n').at(-1) : 'ok';
+    };
+    const out = [];
+    for (const s of ['lock', 'checkpoint']) {
+      const got = ranks.map((pid) => step(pid, s));
+      out.push(`${s}: ${got.join(' / ')}`);
+      if (got.some((g) => g !== 'ok')) return out.join('; ');
+    }
+    const dir = fs.mkdtempSync(path.join(tmpRoot, 'anchor-'));
+    const r = spawnSync('criu', ['dump', '-t', String(job), '-D', dir, '-o', 'dump.log', '--shell-job'], { encoding: 'utf8', timeout: 120_000 });
+    const err = r.status === 0 ? 'ok' : (fs.readFileSync(path.join(dir, 'dump.log'), 'utf8').split('\n').find((l) => l.includes('Error (') && !l.includes('RLIMIT_NOFILE')) ?? `exit ${r.status}`).trim();
+    out.push(`criu dump: ${err}`);
+    return out.join('; ');
+  }
+
+  await test('distributed/bench', async () => {
+    if (process.env.GPU_TEST_DDP_BENCH !== '1' && process.env.GPU_RUN_MODE !== 'bench') throw new Skip('a benchmark: GPU_TEST_DDP_BENCH=1 or npm run bench');
+    const no = why();
+    if (no) throw new Skip(no);
+    const runs = Number(process.env.GPU_TEST_DDP_RUNS ?? 3);
+    const gib = Number(process.env.GPU_TEST_DDP_GIB ?? 4);
+    const m = {};
+    const add = (k, v) => (m[k] ??= []).push(v);
+    let anchor = 'not tried';
+    try {
+      const job = await benchShape('job', 2, gib, runs, add);
+      anchor = anchorOn(job);
+      say(`# anchor on the 2-rank job: ${anchor}`);
+      endAll();
+      await benchShape('rank', 1, gib, runs, add);
+      endAll();
+      // One process of the job's total memory: its buffer takes the second rank's pool too.
+      await benchShape('single', 1, 2 * gib + 1, runs, add);
+    } finally {
+      endAll();
+    }
+    const metrics = Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
+    const gpus = gpuInfo();
+    const out = process.env.BENCH_OUT ?? process.env.OUT ?? path.join(ROOT, 'docs', 'bench');
+    fs.mkdirSync(out, { recursive: true });
+    const result = {
+      gpu: gpus[0]?.name ?? 'unknown',
+      gpus: gpus.length,
+      driver: gpus[0]?.driver ?? 'unknown',
+      cpus: (await import('node:os')).cpus().length,
+      hostMemGiB: Math.round((await import('node:os')).totalmem() / 2 ** 30),
+      date: new Date().toISOString().slice(0, 10),
+      command: `GPU_TEST_DDP_BENCH=1 GPU_TEST_DDP_RUNS=${runs} GPU_TEST_DDP_GIB=${gib} GPU_TEST_ONLY=distributed/bench npm run test:gpu`,
+      workload: `PyTorch DDP, 2 ranks (torchrun), ${gib} GiB buffer per rank, beside one rank alone and one process of ${2 * gib + 1} GiB`,
+      runs,
+      anchor,
+      metrics,
+    };
+    fs.writeFileSync(path.join(out, 'ddp.json'), JSON.stringify(result, null, 1));
+    const g = (k) => metrics[k].median;
+    measure('distributed/bench', Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, v.median])));
+    return `2-rank job: checkpoint ${g('job_ckpt_s').toFixed(2)} s (one rank alone ${g('rank_ckpt_s').toFixed(2)} s, one process of the same memory ${g('single_ckpt_s').toFixed(2)} s), restore ${g('job_restore_s').toFixed(2)} s (${g('rank_restore_s').toFixed(2)}, ${g('single_restore_s').toFixed(2)}); anchor: ${anchor}`;
+  });
+}
