@@ -218,3 +218,22 @@ describe('the controller killed', () => {
     expect(job.steps().sort()).toEqual(reference(args));
   });
 });
+
+describe('a rebuild a rank never joins', () => {
+  it('is given up at GPUCKPT_NCCL_TIMEOUT: the rank still answers, and the next resume brings the job back', async () => {
+    const args = ['launch', '2', '300', '10'];
+    const job = await startJob('unjoined', args, { GPUCKPT_NCCL_TIMEOUT: '1' });
+    expect(cli(['suspend', 'unjoined']).code).toBe(0);
+    // The first rank is asked to make its communicator again, the second never is.
+    const r = cli(['resume', 'unjoined'], { GPUCKPT_TEST_FAULT: 'rebuild' });
+    expect(r.stderr).toMatch(/^gpuckpt: injected fault at rebuild \(GPUCKPT_TEST_FAULT\); the ranks wait, their communicators down: gpuckpt resume \d+ makes them again\n$/);
+    await new Promise((res) => setTimeout(res, 1500));
+    // Its control thread was not held by NCCL's wait: it answers, its communicator still down.
+    const rows = json<any[]>(cli(['ps', '--json']).stdout).filter((row) => row.job?.launcher === job.pid);
+    expect(rows.map((row) => row.nccl[0].down)).toEqual([true, true]);
+    const again = cli(['resume', 'unjoined']);
+    expect(again.stderr).toBe('');
+    expect(await job.ended).toBe(0);
+    expect(job.steps().sort()).toEqual(reference(args));
+  });
+});

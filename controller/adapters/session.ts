@@ -46,9 +46,14 @@ interface SendOptions {
   fds?: number[];
 }
 
-/** NCCL's own calls (init, finalize) wait for every rank: longer than a plain request. */
+/** NCCL's own calls (init, finalize) wait for every rank: longer than a plain request, and than the shim's own deadline (GPUCKPT_NCCL_TIMEOUT, 120 s). */
 const NCCL_TIMEOUT_MS = 180_000;
-const NCCL_REASONS = { EIO: 'NCCL reported an error', EBUSY: 'its ranks are not at a common collective boundary', EPERM: 'this session does not hold its NCCL calls' };
+const NCCL_REASONS = {
+  EIO: 'NCCL reported an error',
+  ETIMEDOUT: 'NCCL did not finish in time (GPUCKPT_NCCL_TIMEOUT)',
+  EBUSY: 'its ranks are not at a common collective boundary',
+  EPERM: 'this session does not hold its NCCL calls',
+};
 
 /** Most allocations listed per request (GPCK_MAX_LIST_ENTRIES caps it). */
 const LIST_PAGE = 4096;
@@ -378,7 +383,7 @@ export class ShimSession {
 
   /** Destroys every communicator; the cut must be reached. */
   async ncclTeardown(): Promise<void> {
-    await this.request('NCCL_TEARDOWN', 'tearing NCCL down', undefined, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
+    await this.request('NCCL_TEARDOWN', 'tearing NCCL down', undefined, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED', ETIMEDOUT: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
   }
 
   async ncclNewId(): Promise<Buffer> {
@@ -387,7 +392,7 @@ export class ShimSession {
 
   /** Makes communicator key again with id (its rank 0's new id); every rank at once. */
   async ncclRebuild(key: bigint, id: Buffer): Promise<void> {
-    await this.request('NCCL_REBUILD', 'making an NCCL communicator again', { key, id }, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
+    await this.request('NCCL_REBUILD', 'making an NCCL communicator again', { key, id }, { timeoutMs: NCCL_TIMEOUT_MS, codes: { EIO: 'NCCL_FAILED', ETIMEDOUT: 'NCCL_FAILED' }, reasons: NCCL_REASONS });
   }
 
   /** Closing the socket also makes the shim reopen the gate and drop staging. */

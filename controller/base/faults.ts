@@ -13,9 +13,11 @@ import { GpuckptError } from './errors.js';
  * (making CRIU's files durable); restore: image-read; reopen: the
  * controller fails after its last copy into the pool, before it lets the
  * application go (rollback and resume); copy-back: checkpoint
- * --leave-running fails to copy the pool back in from its copy on the GPU.
+ * --leave-running fails to copy the pool back in from its copy on the GPU;
+ * rebuild: a job's communicator is made again on its first rank only, as
+ * if the controller died between ranks.
  */
-export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen' | 'copy-back';
+export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen' | 'copy-back' | 'rebuild';
 
 export interface FaultInjector {
   /** Why this step fails now (named in the error), or undefined. */

@@ -6,6 +6,7 @@
  * around a checkpoint. docs/ARCHITECTURE.md ("Distributed jobs") says why.
  */
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { faultPoint } from '../base/faults.js';
 import { ShimSession } from '../adapters/session.js';
 import { CommFlag, NcclFlag, type NcclComm, type NcclReply } from '../../native/index.js';
 
@@ -166,7 +167,12 @@ export class JobCut {
     for (const comm of this.comms) {
       if (!down.has(comm.key)) continue;
       const id = await this.sessions.get(comm.pids.get(0)!)!.ncclNewId();
-      await Promise.all([...comm.pids.values()].map((pid) => this.sessions.get(pid)!.ncclRebuild(comm.key, id)));
+      await Promise.all(
+        [...comm.pids.values()].map(async (pid, i) => {
+          if (i > 0) faultPoint('rebuild');
+          await this.sessions.get(pid)!.ncclRebuild(comm.key, id);
+        }),
+      );
     }
   }
 

@@ -155,6 +155,8 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
   try {
     await cut?.rebuild();
     await cut?.release();
+  } catch (e) {
+    throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the ranks wait, their communicators down: gpuckpt resume ${pid} makes them again`);
   } finally {
     cut?.close();
   }

@@ -2,11 +2,15 @@
 #include "rebuild.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "../interpose/contexts.h"
 #include "../interpose/log.h"
+#include "../interpose/shim.h"
 #include "communicators.h"
 #include "cut.h"
 #include "real_nccl.h"
@@ -97,6 +101,58 @@ int gp_nccl_new_id(ncclUniqueId *out, char *why, size_t n)
     return r == ncclSuccess ? 0 : (call_error("ncclGetUniqueId", r, why, n), -EIO);
 }
 
+/* One rebuild's NCCL init, on a thread of its own: a rank that never joins
+ * (its controller died before asking it, or it died) leaves that thread
+ * waiting in NCCL's bootstrap, not the control thread, which gives up at
+ * the deadline. An init that completes after it was given up is aborted. */
+struct init_job {
+    struct gp_comm *c;
+    ncclUniqueId id;
+    ncclComm_t made;
+    ncclResult_t result;
+    CUresult cu;
+    bool done, abandoned;
+};
+
+static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
+
+static void *init_thread(void *arg)
+{
+    struct init_job *j = arg;
+    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, void *) =
+        GP_NCCL_REAL(ncclCommInitRankConfig, (ncclComm_t *, int, ncclUniqueId, int, void *));
+    ncclComm_t made = NULL;
+    ncclResult_t r = ncclSystemError;
+    CUresult cu = CUDA_SUCCESS;
+    /* NCCL makes the communicator on the calling thread's current device. */
+    if (init && gp_contexts_use_primary(j->c->device, &cu) == 0) {
+        gp_nccl_enter_real();
+        r = init(&made, j->c->nranks, j->id, j->c->rank, gp_comm_config(j->c));
+        if (r == ncclInProgress || (r == ncclSuccess && made))
+            r = wait_ready(made);
+        gp_nccl_leave_real();
+    }
+    pthread_mutex_lock(&jobs_lock);
+    j->made = made;
+    j->result = r;
+    j->cu = cu;
+    j->done = true;
+    bool abandoned = j->abandoned;
+    pthread_cond_broadcast(&job_done);
+    pthread_mutex_unlock(&jobs_lock);
+    if (abandoned) {
+        ncclResult_t (*abort_comm)(ncclComm_t) = GP_NCCL_REAL(ncclCommAbort, (ncclComm_t));
+        if (r == ncclSuccess && made && abort_comm) {
+            gp_nccl_enter_real();
+            abort_comm(made);
+            gp_nccl_leave_real();
+        }
+        free(j);
+    }
+    return NULL;
+}
+
 int gp_nccl_rebuild(uint64_t key, const ncclUniqueId *id, char *why, size_t n)
 {
     pthread_mutex_lock(&gp_comms_lock);
@@ -108,21 +164,44 @@ int gp_nccl_rebuild(uint64_t key, const ncclUniqueId *id, char *why, size_t n)
         return snprintf(why, n, "no communicator %016llx", (unsigned long long)key), -ENOENT;
     if (c->real)
         return -EALREADY;
-    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, void *) =
-        GP_NCCL_REAL(ncclCommInitRankConfig, (ncclComm_t *, int, ncclUniqueId, int, void *));
-    if (!init)
+    if (!gp_nccl_real("ncclCommInitRankConfig"))
         return snprintf(why, n, "libnccl has no ncclCommInitRankConfig"), -ENOSYS;
-    /* NCCL makes the communicator on the calling thread's current device. */
-    CUresult cu = CUDA_SUCCESS;
-    int err = gp_contexts_use_primary(c->device, &cu);
-    if (err)
-        return snprintf(why, n, "cannot make device %d current (CUresult %d)", c->device, (int)cu), err;
-    ncclComm_t made = NULL;
-    gp_nccl_enter_real();
-    ncclResult_t r = init(&made, c->nranks, *id, c->rank, gp_comm_config(c));
-    if (r == ncclInProgress || (r == ncclSuccess && made))
-        r = wait_ready(made);
-    gp_nccl_leave_real();
+    struct init_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    j->c = c;
+    j->id = *id;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int err = pthread_create(&t, &attr, init_thread, j);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        free(j);
+        return -err;
+    }
+    uint64_t timeout_s = gp_shim_config()->nccl_timeout_s;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    pthread_mutex_lock(&jobs_lock);
+    while (!j->done && pthread_cond_timedwait(&job_done, &jobs_lock, &deadline) != ETIMEDOUT)
+        ;
+    if (!j->done) {
+        j->abandoned = true; /* the thread frees it */
+        pthread_mutex_unlock(&jobs_lock);
+        snprintf(why, n, "ncclCommInitRankConfig of communicator %016llx did not return in %llu s: a rank did not join", (unsigned long long)key,
+                 (unsigned long long)timeout_s);
+        return -ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&jobs_lock);
+    ncclComm_t made = j->made;
+    ncclResult_t r = j->result;
+    CUresult cu = j->cu;
+    free(j);
+    if (cu != CUDA_SUCCESS)
+        return snprintf(why, n, "cannot make device %d current (CUresult %d)", c->device, (int)cu), -EIO;
     if (r != ncclSuccess)
         return call_error("ncclCommInitRankConfig", r, why, n), -EIO;
     pthread_rwlock_wrlock(&gp_comms_life);

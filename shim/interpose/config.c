@@ -59,6 +59,7 @@ int gp_config_load(struct gp_config *c)
     err = err ?: size_var("GPUCKPT_STAGING_PIECE", GP_DEFAULT_STAGING_PIECE, &c->staging_piece);
     err = err ?: size_var("GPUCKPT_STAGING_FILE", GP_DEFAULT_STAGING_FILE, &c->staging_file);
     err = err ?: size_var("GPUCKPT_HOST_RETAIN", GP_DEFAULT_HOST_RETAIN, &c->host_retain);
+    err = err ?: size_var("GPUCKPT_NCCL_TIMEOUT", GP_DEFAULT_NCCL_TIMEOUT_S, &c->nccl_timeout_s);
     if (err)
         return err;
     c->staging_piece = (c->staging_piece + 4095) / 4096 * 4096;

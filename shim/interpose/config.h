@@ -13,6 +13,9 @@
  *                        0: none; spare_memory.h says why)
  *   GPUCKPT_RUN_DIR      directory of control sockets (default
  *                        $XDG_RUNTIME_DIR/gpuckpt, else /tmp/gpuckpt-<uid>)
+ *   GPUCKPT_NCCL_TIMEOUT seconds an NCCL communicator's rebuild may take
+ *                        before it is given up (default 120: a rank that
+ *                        never joins must not hold the control thread)
  *   GPUCKPT_DISABLE      1: load fully inert (pure pass-through, no gate)
  * Sizes take K, M, G, T suffixes (powers of 1024). */
 #ifndef GPUCKPT_CONFIG_H
@@ -28,6 +31,7 @@
 /* 0: a piece is a memfd, up to 256 MiB (see staging.c). */
 #define GP_DEFAULT_STAGING_PIECE 0ull
 #define GP_DEFAULT_HOST_RETAIN UINT64_MAX
+#define GP_DEFAULT_NCCL_TIMEOUT_S 120ull
 /* Bytes per staging memfd (at least: GPCK_MAX_STAGING_FILES bounds the
  * count). Small, so a small staging is still many files faulted in by as
  * many threads, and a copy's first piece is ready soon: an incremental
@@ -48,6 +52,7 @@ struct gp_config {
     uint64_t staging_piece;
     uint64_t staging_file;
     uint64_t host_retain;
+    uint64_t nccl_timeout_s;
     bool disabled;
     char run_dir[256];
 };
