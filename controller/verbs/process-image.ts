@@ -323,7 +323,6 @@ export async function restoreProcess(
   }
 }
 
-
 /**
  * Makes the communicators a checkpoint tore down again on every member and
  * lets the ranks go on; why not, in a line, when that failed (the ranks

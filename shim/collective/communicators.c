@@ -55,14 +55,17 @@ static void copy_config(struct gp_comm *c, const void *config)
     c->has_config = true;
 }
 
-struct gp_comm *gp_comm_add(ncclComm_t real, uint64_t key, const void *config)
+struct gp_comm *gp_comm_add(ncclComm_t real, uint64_t key, const void *config, int nranks, int rank, int device, bool multi_device)
 {
     struct gp_comm *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
     c->real = real;
     c->key = key;
-    c->device = -1;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->device = device;
+    c->multi_device = multi_device;
     if (config)
         copy_config(c, config);
     pthread_mutex_lock(&gp_comms_lock);

@@ -41,9 +41,10 @@ extern pthread_mutex_t gp_comms_lock;
  * units (queries), for writing while one is destroyed or replaced. */
 extern pthread_rwlock_t gp_comms_life;
 
-/* A new handle for real, made by this process's rank `rank` of `nranks`.
- * config (may be NULL) is copied for the rebuild. Takes the lock. */
-struct gp_comm *gp_comm_add(ncclComm_t real, uint64_t key, const void *config);
+/* A new handle for real, made by this process's rank `rank` of `nranks` on
+ * device. config (may be NULL) is copied for the rebuild. Takes the lock;
+ * NULL when out of memory. */
+struct gp_comm *gp_comm_add(ncclComm_t real, uint64_t key, const void *config, int nranks, int rank, int device, bool multi_device);
 /* The handle h stands for, or NULL when h is not one of the shim's.
  * Call with the lock held. */
 struct gp_comm *gp_comm_find(ncclComm_t h);

@@ -135,17 +135,17 @@ static int current_device(void)
     return dev;
 }
 
-static void record(ncclComm_t made, uint64_t key, const void *config, int nranks, int rank, int device)
+/* The handle the application gets for made: the shim's, or NCCL's own when
+ * it cannot be recorded (that communicator then cannot be checkpointed). */
+static ncclComm_t record(ncclComm_t made, uint64_t key, const void *config, int nranks, int rank, int device, bool multi_device)
 {
-    struct gp_comm *c = gp_comm_add(made, key, config);
+    struct gp_comm *c = gp_comm_add(made, key, config, nranks, rank, device, multi_device);
     if (!c) {
         GP_ERROR("nccl", "out of memory recording a communicator: it cannot be checkpointed");
-        return;
+        return made;
     }
-    c->nranks = nranks;
-    c->rank = rank;
-    c->device = device;
     GP_DEBUG("nccl", "communicator %016llx: rank %d of %d on device %d", (unsigned long long)key, rank, nranks, device);
+    return (ncclComm_t)c;
 }
 
 static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId *ids, int n_ids, int rank, void *config,
@@ -154,12 +154,8 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId *ids, i
     bool entered = lifecycle_enter();
     ncclResult_t r;
     CALL_REAL(r, call(comm, nranks, ids, n_ids, rank, config));
-    if (launched(r) && *comm) {
-        record(*comm, gp_comm_key_of_ids(ids, n_ids), config, nranks, rank, current_device());
-        pthread_mutex_lock(&gp_comms_lock);
-        *comm = (ncclComm_t)gp_comm_list(); /* the newest: the one just added */
-        pthread_mutex_unlock(&gp_comms_lock);
-    }
+    if (launched(r) && *comm)
+        *comm = record(*comm, gp_comm_key_of_ids(ids, n_ids), config, nranks, rank, current_device(), false);
     lifecycle_leave(entered);
     return r;
 }
@@ -219,12 +215,7 @@ GP_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *d
     for (int i = 0; r == ncclSuccess && i < ndev; i++) {
         ncclUniqueId local = { { 0 } };
         snprintf(local.internal, sizeof(local.internal), "all:%d:%p", (int)getpid(), (void *)comms[i]);
-        record(comms[i], gp_comm_key_of_ids(&local, 1), NULL, ndev, i, devlist ? devlist[i] : i);
-        pthread_mutex_lock(&gp_comms_lock);
-        struct gp_comm *c = gp_comm_list();
-        c->multi_device = true;
-        comms[i] = (ncclComm_t)c;
-        pthread_mutex_unlock(&gp_comms_lock);
+        comms[i] = record(comms[i], gp_comm_key_of_ids(&local, 1), NULL, ndev, i, devlist ? devlist[i] : i, true);
     }
     lifecycle_leave(entered);
     return r;
@@ -241,11 +232,8 @@ static ncclResult_t record_child(struct gp_comm *parent, uint32_t split, int col
     if (count && user_rank && (count(*newcomm, &nranks) != ncclSuccess || user_rank(*newcomm, &rank) != ncclSuccess))
         nranks = rank = -1; /* still being made (non-blocking): a checkpoint refuses it */
     gp_nccl_leave_real();
-    record(*newcomm, gp_comm_key_of_split(parent->key, split, color), config ? config : gp_comm_config(parent), nranks, rank,
-           parent->device);
-    pthread_mutex_lock(&gp_comms_lock);
-    *newcomm = (ncclComm_t)gp_comm_list();
-    pthread_mutex_unlock(&gp_comms_lock);
+    *newcomm = record(*newcomm, gp_comm_key_of_split(parent->key, split, color), config ? config : gp_comm_config(parent), nranks,
+                      rank, parent->device, false);
     return ncclSuccess;
 }
 
@@ -347,23 +335,8 @@ GP_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags)
 
 /* ---- questions: NCCL's answer while it is up, the recorded one while it is torn down ---- */
 
-GP_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
-{
-    REAL_OR_FAIL(real, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t *));
-    struct gp_comm *c = ours(comm);
-    if (!c)
-        return real(comm, err);
-    ncclResult_t r = ncclSuccess;
-    pthread_rwlock_rdlock(&gp_comms_life);
-    if (c->real)
-        CALL_REAL(r, real(c->real, err));
-    else
-        *err = ncclSuccess;
-    pthread_rwlock_unlock(&gp_comms_life);
-    return r;
-}
-
-static ncclResult_t ask(ncclComm_t comm, int *out, ncclResult_t (*real)(ncclComm_t, int *), size_t field)
+/* While torn down: the int at field of struct gp_comm, or 0 (no error) for field < 0. */
+static ncclResult_t ask(ncclComm_t comm, int *out, ncclResult_t (*real)(ncclComm_t, int *), ptrdiff_t field)
 {
     struct gp_comm *c = ours(comm);
     if (!c)
@@ -373,27 +346,33 @@ static ncclResult_t ask(ncclComm_t comm, int *out, ncclResult_t (*real)(ncclComm
     if (c->real)
         CALL_REAL(r, real(c->real, out));
     else
-        *out = *(const int *)((const char *)c + field);
+        *out = field < 0 ? ncclSuccess : *(const int *)((const char *)c + field);
     pthread_rwlock_unlock(&gp_comms_life);
     return r;
+}
+
+GP_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
+{
+    REAL_OR_FAIL(real, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t *));
+    return ask(comm, err, real, -1);
 }
 
 GP_EXPORT ncclResult_t ncclCommCount(ncclComm_t comm, int *count)
 {
     REAL_OR_FAIL(real, ncclCommCount, (ncclComm_t, int *));
-    return ask(comm, count, real, offsetof(struct gp_comm, nranks));
+    return ask(comm, count, real, (ptrdiff_t)offsetof(struct gp_comm, nranks));
 }
 
 GP_EXPORT ncclResult_t ncclCommCuDevice(ncclComm_t comm, int *device)
 {
     REAL_OR_FAIL(real, ncclCommCuDevice, (ncclComm_t, int *));
-    return ask(comm, device, real, offsetof(struct gp_comm, device));
+    return ask(comm, device, real, (ptrdiff_t)offsetof(struct gp_comm, device));
 }
 
 GP_EXPORT ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank)
 {
     REAL_OR_FAIL(real, ncclCommUserRank, (ncclComm_t, int *));
-    return ask(comm, rank, real, offsetof(struct gp_comm, rank));
+    return ask(comm, rank, real, (ptrdiff_t)offsetof(struct gp_comm, rank));
 }
 
 GP_EXPORT const char *ncclGetLastError(ncclComm_t comm)

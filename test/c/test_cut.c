@@ -63,7 +63,7 @@ static void settle(void)
 
 static struct gp_comm *new_comm(uint64_t key)
 {
-    return gp_comm_add((ncclComm_t)(uintptr_t)(0x1000 + key), key, NULL);
+    return gp_comm_add((ncclComm_t)(uintptr_t)(0x1000 + key), key, NULL, 2, 0, 0, false);
 }
 
 static void test_units_pass_up_to_their_target(void)
