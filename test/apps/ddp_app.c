@@ -57,6 +57,52 @@ static void die(const char *what, int code)
             die(what, r_);                                                                                     \
     } while (0)
 
+/* Kernels: in the fake driver a CUfunction is a host function, launched
+ * (through the shim's gate, as on a GPU) by cuLaunchKernel. Device memory
+ * is touched only inside them: a suspended pool is unmapped. */
+struct step {
+    float *p, *g, *b;
+    int rank, nranks, s;
+    double loss;
+};
+
+static void init_kernel(void **params)
+{
+    struct step *a = params[0];
+    for (int i = 0; i < N_PARAMS; i++)
+        a->p[i] = (float)((i % 97) - 48) / 64.0f;
+}
+
+static void grad_kernel(void **params)
+{
+    struct step *a = params[0];
+    for (int i = 0; i < N_PARAMS; i++)
+        a->g[i] = sinf(a->p[i] * (float)(a->rank + 1) + (float)a->s * 0.001f);
+}
+
+static void update_kernel(void **params)
+{
+    struct step *a = params[0];
+    a->loss = 0;
+    for (int i = 0; i < N_PARAMS; i++) {
+        a->p[i] -= 0.01f * a->g[i] / (float)a->nranks;
+        a->loss += a->p[i];
+    }
+    a->b[0] = (float)a->loss;
+}
+
+static void add_broadcast_kernel(void **params)
+{
+    struct step *a = params[0];
+    a->loss += a->b[0];
+}
+
+static void run_kernel(void (*kernel)(void **), struct step *a)
+{
+    void *params[] = { a };
+    CHECK(cuLaunchKernel((CUfunction)(void *)kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel");
+}
+
 static volatile sig_atomic_t stall;
 
 static void on_usr1(int sig)
@@ -116,9 +162,8 @@ static int run_rank(int rank, int nranks, int steps, int step_ms)
     CHECK(cuMemAlloc(&dp, N_PARAMS * sizeof(float)), "cuMemAlloc");
     CHECK(cuMemAlloc(&dg, N_PARAMS * sizeof(float)), "cuMemAlloc");
     CHECK(cuMemAlloc(&db, 8 * sizeof(float)), "cuMemAlloc");
-    float *p = (float *)dp, *g = (float *)dg, *b = (float *)db; /* device memory is host memory in the fake */
-    for (int i = 0; i < N_PARAMS; i++)
-        p[i] = (float)((i % 97) - 48) / 64.0f;
+    struct step a = { (float *)dp, (float *)dg, (float *)db, rank, nranks, 0, 0 }; /* device memory is host memory in the fake */
+    run_kernel(init_kernel, &a);
 
     ncclComm_t comm, split = NULL;
     CHECK(ncclCommInitRank(&comm, nranks, exchange_id(rank), rank), "ncclCommInitRank");
@@ -126,7 +171,7 @@ static int run_rank(int rank, int nranks, int steps, int step_ms)
         CHECK(ncclCommSplit(comm, 0, rank, &split, NULL), "ncclCommSplit");
     if (getenv("DDP_REGISTER")) {
         void *handle;
-        CHECK(ncclCommRegister(comm, g, N_PARAMS * sizeof(float), &handle), "ncclCommRegister");
+        CHECK(ncclCommRegister(comm, a.g, N_PARAMS * sizeof(float), &handle), "ncclCommRegister");
     }
     printf("rank %d ready pid %d\n", rank, (int)getpid());
     fflush(stdout);
@@ -136,24 +181,19 @@ static int run_rank(int rank, int nranks, int steps, int step_ms)
             sleep_ms(3000);
             stall = 0;
         }
-        for (int i = 0; i < N_PARAMS; i++)
-            g[i] = sinf(p[i] * (float)(rank + 1) + (float)s * 0.001f);
+        a.s = s;
+        run_kernel(grad_kernel, &a);
         if (s % 3 == 0)
             CHECK(ncclGroupStart(), "ncclGroupStart");
-        CHECK(ncclAllReduce(g, g, N_PARAMS, NCCL_FLOAT, NCCL_SUM, comm, NULL), "ncclAllReduce");
+        CHECK(ncclAllReduce(a.g, a.g, N_PARAMS, NCCL_FLOAT, NCCL_SUM, comm, NULL), "ncclAllReduce");
         if (s % 3 == 0)
             CHECK(ncclGroupEnd(), "ncclGroupEnd");
-        double loss = 0;
-        for (int i = 0; i < N_PARAMS; i++) {
-            p[i] -= 0.01f * g[i] / (float)nranks;
-            loss += p[i];
-        }
+        run_kernel(update_kernel, &a);
         if (split) {
-            b[0] = (float)loss;
-            CHECK(ncclBcast(b, 8, NCCL_FLOAT, 0, split, NULL), "ncclBcast");
-            loss += b[0];
+            CHECK(ncclBcast(a.b, 8, NCCL_FLOAT, 0, split, NULL), "ncclBcast");
+            run_kernel(add_broadcast_kernel, &a);
         }
-        printf("rank %d step %d loss %a\n", rank, s, loss);
+        printf("rank %d step %d loss %a\n", rank, s, a.loss);
         fflush(stdout);
         sleep_ms(step_ms);
     }
