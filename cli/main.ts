@@ -8,6 +8,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { checkpointJobGpuOnly, resumeJob, suspendJob } from '../controller/verbs/job.js';
 import { parseTarget } from '../controller/verbs/job-target.js';
 import { runDemo } from '../controller/verbs/demo.js';
+import { checkEnvironment } from '../controller/base/environment.js';
 import { GpuckptError } from '../controller/base/errors.js';
 import { inspectImage } from '../controller/verbs/inspect.js';
 import { parsePid } from '../controller/adapters/processes.js';
@@ -33,10 +34,33 @@ import {
   printSuspend,
   toJson,
 } from './output.js';
+import { completionScript } from './completion.js';
 import { runWithoutExec } from './run-fallback.js';
 
 function examples(lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+}
+
+/** Whether a command printed its JSON result: a failure after it (inspect's verdict) prints no second document. */
+let jsonPrinted = false;
+
+function printJson(value: unknown): void {
+  printJsonText(toJson(value));
+}
+
+function printJsonText(text: string): void {
+  console.log(text);
+  jsonPrinted = true;
+}
+
+/**
+ * A required option's value. Checked in the action, not by commander's
+ * requiredOption, so that an unknown option is reported first (the cause
+ * of a mistyped command line).
+ */
+function required(value: string | undefined, flags: string): string {
+  if (value === undefined) throw new GpuckptError('BAD_ARGUMENT', `required option '${flags}' not specified (run with --help for usage)`);
+  return value;
 }
 
 /** A repeatable option's values, in order. */
@@ -110,14 +134,14 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt ps', 'gpuckpt ps --json']))
     .action(async (opts: { json?: boolean }) => {
       const rows = await listProcesses();
-      if (opts.json) console.log(toJson(rows));
+      if (opts.json) printJson(rows);
       else printProcesses(rows);
     });
 
   withTransferOptions(program.command('checkpoint'), 'compression')
     .description('save a running process: its GPU memory, and (without --gpu-only) the whole process with CRIU')
     .argument('<job>', 'process ID of an application started with gpuckpt run, or of a job\'s launcher (every rank), or a job\'s --name')
-    .requiredOption('-o, --output <dir>', 'image directory to create')
+    .option('-o, --output <dir>', 'image directory to create (required)')
     .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
     .option('--leave-running', 'whole-process image, and the process carries on afterwards')
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
@@ -138,21 +162,22 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 -o /ckpt/job --criu-opt=--tcp-established   # a job with open TCP connections',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {
+      const output = required(opts.output, '-o, --output <dir>');
       const pid = parseTarget(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
       const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
-        const summary = await checkpointJobGpuOnly(pid, opts.output, common);
-        if (opts.json) console.log(toJson(summary));
+        const summary = await checkpointJobGpuOnly(pid, output, common);
+        if (opts.json) printJson(summary);
         else if ('images' in summary) printJobCheckpoint(summary);
         else printCheckpoint(summary);
         return;
       }
-      const summary = await checkpointProcess(pid, opts.output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt });
-      if (opts.json) console.log(toJson(summary));
+      const summary = await checkpointProcess(pid, output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt });
+      if (opts.json) printJson(summary);
       else printProcessCheckpoint(summary);
     });
 
@@ -173,12 +198,12 @@ function buildProgram(): Command {
       if (opts.into !== undefined) {
         if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
         const summary = await restoreInto(image, parsePid(opts.into), common);
-        if (opts.json) console.log(toJson(summary));
+        if (opts.json) printJson(summary);
         else printRollback(summary);
         return;
       }
       const summary = await restoreProcess(image, { ...common, device: opts.device, detach: opts.detach, criu: opts.criu });
-      if (opts.json) console.log(toJson(summary));
+      if (opts.json) printJson(summary);
       else if (opts.detach) console.log(summary.pid);
       else printProcessRestore(summary);
       if (!opts.detach) process.exitCode = summary.signal ? 128 : (summary.exitCode ?? 1);
@@ -195,7 +220,7 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt suspend 4242', 'gpuckpt suspend 4242 --to /scratch/held', 'gpuckpt suspend ddp   # every rank of the job named ddp']))
     .action(async (pidText: string, opts: { to?: string; force?: boolean; keepDriver: boolean; json?: boolean }) => {
       const s = await suspendJob(parseTarget(pidText), { to: opts.to, force: opts.force, keepDriver: opts.keepDriver, progress: showProgress(opts) });
-      if (opts.json) console.log(toJson(s));
+      if (opts.json) printJson(s);
       else if ('suspended' in s) printJobSuspend(s);
       else printSuspend(s);
     });
@@ -209,7 +234,7 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt resume 4242', 'gpuckpt resume 4242 --device 1']))
     .action(async (pidText: string, opts: { device?: string; json?: boolean }) => {
       const r = await resumeJob(parseTarget(pidText), { device: opts.device, progress: showProgress(opts) });
-      if (opts.json) console.log(toJson(r));
+      if (opts.json) printJson(r);
       else if ('resumed' in r) printJobResume(r);
       else printResume(r);
     });
@@ -218,13 +243,13 @@ function buildProgram(): Command {
     .command('migrate')
     .description('move a running process to another GPU of this host, pointers unchanged')
     .argument('<pid>', 'process ID of an application started with gpuckpt run')
-    .requiredOption('--to-device <gpu>', "target GPU: this host's ordinal or a GPU UUID")
+    .option('--to-device <gpu>', "target GPU: this host's ordinal or a GPU UUID (required)")
     .option('--via-host', 'move the pool through host memory even where the GPUs can copy to each other')
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText('after', examples(['gpuckpt migrate 4242 --to-device 1']))
-    .action(async (pidText: string, opts: { toDevice: string; viaHost?: boolean; json?: boolean }) => {
-      const m = await migrateProcess(parseTarget(pidText), opts.toDevice, { viaHost: opts.viaHost, progress: showProgress(opts) });
-      if (opts.json) console.log(toJson(m));
+    .action(async (pidText: string, opts: { toDevice?: string; viaHost?: boolean; json?: boolean }) => {
+      const m = await migrateProcess(parseTarget(pidText), required(opts.toDevice, '--to-device <gpu>'), { viaHost: opts.viaHost, progress: showProgress(opts) });
+      if (opts.json) printJson(m);
       else printMigrate(m);
     });
 
@@ -237,7 +262,7 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt inspect /ckpt/step1000', 'gpuckpt inspect snap --json']))
     .action(async (image: string, opts: { json?: boolean; verify: boolean }) => {
       const report = await inspectImage(image, { verify: opts.verify, progress: showProgress(opts) });
-      if (opts.json) console.log(inspectJson(report));
+      if (opts.json) printJsonText(inspectJson(report));
       else printInspect(report);
       if (report.problem) throw new GpuckptError('IMAGE_DATA_CORRUPT', report.problem);
     });
@@ -248,6 +273,15 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['gpuckpt demo']))
     .action(async () => {
       await runDemo((line) => console.log(`gpuckpt demo: ${line}`));
+    });
+
+  program
+    .command('completion')
+    .description('print a shell completion script')
+    .argument('<shell>', 'bash or zsh')
+    .addHelpText('after', examples(['eval "$(gpuckpt completion bash)"   # in ~/.bashrc', 'eval "$(gpuckpt completion zsh)"    # in ~/.zshrc']))
+    .action((shell: string) => {
+      process.stdout.write(completionScript(program, shell));
     });
 
   // Used by bin/gpuckpt: prints the sh code that execs `run`'s program.
@@ -287,15 +321,20 @@ async function main(): Promise<void> {
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
     if (e.code !== 'EPIPE') throw e;
   });
+  // --json anywhere: a failure is a JSON object on stdout too.
+  const json = process.argv.includes('--json');
   try {
+    checkEnvironment();
     await buildProgram().parseAsync(process.argv);
   } catch (e) {
     if (e instanceof CommanderError) {
       process.exitCode = e.exitCode; // commander printed what there was to say
+      if (json && e.exitCode !== 0 && !jsonPrinted) printJson({ error: { code: 'BAD_ARGUMENT', message: e.message.replace(/^error: /, '') } });
       return;
     }
     if (e instanceof GpuckptError) {
       process.stderr.write(`gpuckpt: ${e.message}\n`);
+      if (json && !jsonPrinted) printJson({ error: { code: e.code, message: e.message } });
       process.exitCode = 1;
       return;
     }

@@ -304,3 +304,51 @@ async function waitFor(cond: () => boolean, timeoutMs = 20_000): Promise<void> {
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+describe('a command line that behaves', () => {
+  it('reports an unknown option before a missing required one', () => {
+    const r = box.cli(['checkpoint', '123', '--bogus']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/^gpuckpt: unknown option '--bogus'/);
+    expectOneLineError(box.cli(['checkpoint', '123']), /^gpuckpt: required option '-o, --output <dir>' not specified/);
+    expectOneLineError(box.cli(['migrate', '123']), /^gpuckpt: required option '--to-device <gpu>' not specified/);
+  });
+
+  it('names the real cause before a missing CRIU', () => {
+    const noCriu = { GPUCKPT_CRIU: join(box.dir, 'no-criu') };
+    const other = spawn('sleep', ['30']);
+    try {
+      expectOneLineError(box.cli(['checkpoint', String(other.pid), '-o', box.path('nc')], noCriu), /process \d+ is not running under gpuckpt/);
+    } finally {
+      other.kill();
+    }
+    // image (a --gpu-only image, made in beforeAll) restored without --into.
+    expectOneLineError(box.cli(['restore', image], noCriu), /holds the GPU memory only \(a --gpu-only image\): restore it into a running process with --into PID/);
+  });
+
+  it('--json prints a JSON error with its stable code on failure', () => {
+    const r = box.cli(['checkpoint', '4194000', '--gpu-only', '-o', box.path('x'), '--json']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toEqual({ error: { code: 'PID_NOT_RUNNING', message: 'process 4194000 is not running' } });
+    const u = box.cli(['ps', '--bogus', '--json']);
+    expect(JSON.parse(u.stdout)).toEqual({ error: { code: 'BAD_ARGUMENT', message: "unknown option '--bogus'" } });
+  });
+
+  it('refuses bad environment values in one line, before anything runs', () => {
+    expectOneLineError(box.cli(['ps'], { GPUCKPT_LOG: 'bogus' }), /^gpuckpt: GPUCKPT_LOG="bogus" must be one of error, warn, info, debug$/);
+    expectOneLineError(box.cli(['run', '--', '/bin/true'], { GPUCKPT_CHUNK_SIZE: '32Q' }), /^gpuckpt: GPUCKPT_CHUNK_SIZE="32Q" must be a size/);
+    expectOneLineError(box.cli(['ps'], { GPUCKPT_CUT_TIMEOUT: '0' }), /^gpuckpt: GPUCKPT_CUT_TIMEOUT="0" must be a number of seconds above 0$/);
+    expectOneLineError(box.cli(['ps'], { GPUCKPT_ALLOW_IO_URING: 'yes' }), /must be 0 or 1$/);
+    expect(box.cli(['ps'], { GPUCKPT_HOST_RETAIN: '0', GPUCKPT_NCCL_TIMEOUT: '2.5' }).code).toBe(0);
+  });
+
+  it('prints completion scripts for bash and zsh made from its own commands', () => {
+    const bash = box.cli(['completion', 'bash']);
+    expect(bash.code).toBe(0);
+    expect(spawnSync('bash', ['-n'], { input: bash.stdout }).status).toBe(0);
+    const r = spawnSync('bash', ['-c', `${bash.stdout}\nCOMP_WORDS=(gpuckpt checkpoint 1 --gpu); COMP_CWORD=3; _gpuckpt; echo "\${COMPREPLY[@]}"; COMP_WORDS=(gpuckpt sus); COMP_CWORD=1; _gpuckpt; echo "\${COMPREPLY[@]}"`], { encoding: 'utf8' });
+    expect(r.stdout).toBe('--gpu-only\nsuspend\n');
+    expect(box.cli(['completion', 'zsh']).stdout).toMatch(/^autoload -U \+X bashcompinit && bashcompinit\n/);
+    expectOneLineError(box.cli(['completion', 'fish']), /no completion for "fish": bash or zsh/);
+  });
+});

@@ -75,15 +75,16 @@ export async function checkpointProcess(
   opts: CheckpointOptions & { leaveRunning?: boolean; criu?: string; criuOpts?: string[] } = {},
 ): Promise<ProcessCheckpointSummary> {
   const t0 = performance.now();
-  const criu = findCriu(opts.criu); // refuse before touching the process
   const target = resolve(out);
   if (existsSync(target)) {
     if (!opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
     // --force replaces an image, never other data at a mistyped path.
     if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
   }
-  // A part of a distributed job is refused for that first: it is the cause.
+  // Refused in the order of their causes, before the process is touched: a
+  // process not under gpuckpt, or part of a distributed job; then no CRIU.
   const { comms } = await readJob(pid, 'checkpoint');
+  const criu = findCriu(opts.criu);
   const plan = planDump(pid, criu, opts.criuOpts);
   const [primary, ...others] = plan.members as [number, ...number[]];
   if (others.length && opts.parent)
@@ -253,10 +254,10 @@ export async function restoreProcess(
   try {
     const chain = await openChain(reader);
     parents = chain.parents;
-    const criu = findCriu(opts.criu);
     const dir = join(reader.path, CRIU_DIR);
     if (reader.manifest.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
       throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
+    const criu = findCriu(opts.criu);
     const info = readProcessInfo(dir);
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
