@@ -1,15 +1,16 @@
 #!/usr/bin/env node
 /**
  * The gpuckpt command line. Thin: parses arguments, calls the controller,
- * prints. A GpuckptError becomes one line on stderr and exit status 1;
- * anything else is a bug and keeps its stack.
+ * prints. A GpuckptError becomes one line on stderr and the exit status of
+ * its kind (errors.ts: 2 usage, 3 refused untouched, 1 failure); anything
+ * else is a bug and keeps its stack.
  */
 import { Command, CommanderError, Option } from 'commander';
 import { checkpointJobGpuOnly, resumeJob, suspendJob } from '../controller/verbs/job.js';
 import { parseTarget } from '../controller/verbs/job-target.js';
 import { runDemo } from '../controller/verbs/demo.js';
 import { checkEnvironment } from '../controller/base/environment.js';
-import { GpuckptError } from '../controller/base/errors.js';
+import { EXIT_USAGE, exitStatusOf, GpuckptError } from '../controller/base/errors.js';
 import { inspectImage } from '../controller/verbs/inspect.js';
 import { parsePid } from '../controller/adapters/processes.js';
 import { listProcesses } from '../controller/verbs/ps.js';
@@ -328,14 +329,15 @@ async function main(): Promise<void> {
     await buildProgram().parseAsync(process.argv);
   } catch (e) {
     if (e instanceof CommanderError) {
-      process.exitCode = e.exitCode; // commander printed what there was to say
+      // commander printed what there was to say; its errors are usage errors
+      process.exitCode = e.exitCode === 0 ? 0 : EXIT_USAGE;
       if (json && e.exitCode !== 0 && !jsonPrinted) printJson({ error: { code: 'BAD_ARGUMENT', message: e.message.replace(/^error: /, '') } });
       return;
     }
     if (e instanceof GpuckptError) {
       process.stderr.write(`gpuckpt: ${e.message}\n`);
       if (json && !jsonPrinted) printJson({ error: { code: e.code, message: e.message } });
-      process.exitCode = 1;
+      process.exitCode = exitStatusOf(e);
       return;
     }
     throw e;

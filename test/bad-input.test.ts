@@ -114,7 +114,7 @@ describe('refusals', () => {
     flipByte(join(img, 'pool.zst'), 5000);
     await expectRefusedUntouched(img, /corrupt/);
     const ins = box.cli(['inspect', img]);
-    expect(ins.code).toBe(1);
+    expect(ins.code).toBe(3);
     expect(ins.stdout).toMatch(/checksums\s+FAILED/);
   });
 
@@ -328,7 +328,7 @@ describe('a command line that behaves', () => {
 
   it('--json prints a JSON error with its stable code on failure', () => {
     const r = box.cli(['checkpoint', '4194000', '--gpu-only', '-o', box.path('x'), '--json']);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(JSON.parse(r.stdout)).toEqual({ error: { code: 'PID_NOT_RUNNING', message: 'process 4194000 is not running' } });
     const u = box.cli(['ps', '--bogus', '--json']);
     expect(JSON.parse(u.stdout)).toEqual({ error: { code: 'BAD_ARGUMENT', message: "unknown option '--bogus'" } });

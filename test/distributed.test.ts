@@ -151,7 +151,7 @@ describe('refused before anything is touched', () => {
       [['migrate', String(rank1), '--to-device', '0'], /a migrate moves one process alone; move its job instead: gpuckpt suspend JOB, then gpuckpt resume JOB --device 0\n$/],
     ] as const) {
       const r = cli([...args]);
-      expect(r.code).toBe(1);
+      expect(r.code).toBe(3);
       expect(r.stderr).toMatch(pattern);
       oneLine(r.stderr);
       expect(existsSync(box.path('x'))).toBe(false);

@@ -32,8 +32,9 @@ async function start(fault?: { fn: string; nth: number }) {
   return { app, R: ready.buffers as BufferState[] };
 }
 
-function failsInOneLine(r: { code: number | null; stderr: string }, pattern: RegExp): void {
-  expect(r.code).toBe(1);
+/** One line and the exit status: 1, a failure; 3, refused with everything as it was. */
+function failsInOneLine(r: { code: number | null; stderr: string }, pattern: RegExp, status = 1): void {
+  expect(r.code).toBe(status);
   expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
   expect(r.stderr).toMatch(pattern);
 }
@@ -136,7 +137,7 @@ describe('restore: each step failing', () => {
     b[0]! ^= 0x5a;
     writeSync(fd, b, 0, 1, at);
     closeSync(fd);
-    failsInOneLine(cli(['restore', image, '--into', String(app.pid)]), /corrupt|checksum|damaged/i);
+    failsInOneLine(cli(['restore', image, '--into', String(app.pid)]), /corrupt|checksum|damaged/i, 3);
     await runsWith(app, M);
   });
 
@@ -144,7 +145,7 @@ describe('restore: each step failing', () => {
     const { app, R, image } = await rolledForward({ fn: 'cuMemcpyHtoDAsync_v2', nth: 2 });
     failsInOneLine(cli(['restore', image, '--into', String(app.pid)]), new RegExp(`copy in failed: .*; process ${app.pid} stays paused with part of the image in its pool: run gpuckpt restore`));
     expect(psRow(app.pid)?.poolState).toBe('half-restored');
-    failsInOneLine(cli(['checkpoint', String(app.pid), '--gpu-only', '-o', box.path('mix')]), /part of an image/);
+    failsInOneLine(cli(['checkpoint', String(app.pid), '--gpu-only', '-o', box.path('mix')]), /part of an image/, 3);
     expect(existsSync(box.path('mix'))).toBe(false);
     expect(cli(['restore', image, '--into', String(app.pid)]).code).toBe(0);
     await runsWith(app, R);

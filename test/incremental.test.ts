@@ -141,7 +141,7 @@ describe('checkpoint --parent', () => {
 
     const refused = (pattern: RegExp) => {
       const r = cli(['restore', B, '--into', pid]);
-      expect(r.code).toBe(1);
+      expect(r.code).toBe(3);
       expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
       expect(r.stderr).toMatch(pattern);
     };
@@ -158,10 +158,10 @@ describe('checkpoint --parent', () => {
 
     // A parent that cannot be one: missing, or the output itself.
     const noParent = cli(['checkpoint', pid, '--gpu-only', '-o', box.path('bX'), '--parent', box.path('nothing')]);
-    expect(noParent.code).toBe(1);
+    expect(noParent.code).toBe(2);
     expect(noParent.stderr.trimEnd().split('\n')).toHaveLength(1);
     const self = cli(['checkpoint', pid, '--gpu-only', '-o', A, '--force', '--parent', A]);
-    expect(self.code).toBe(1);
+    expect(self.code).toBe(2);
     expect(self.stderr).toMatch(/which the new image needs as its parent/);
     rmSync(box.path('bX'), { recursive: true, force: true });
     expect(sameBuffers((await app.command('state')).buffers, M)).toBe(true);

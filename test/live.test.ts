@@ -130,7 +130,7 @@ describe('checkpoint --live', () => {
     const R = ready.buffers as BufferState[];
     const small = box.path('small');
     const r = cli(['checkpoint', pid, '--gpu-only', '--live', '--staging', '8M', '-o', small]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toMatch(/checkpoint --live of process \d+ needs host memory for its whole pool .* run it without --live/);
     expect(existsSync(small)).toBe(false);
@@ -141,7 +141,7 @@ describe('checkpoint --live', () => {
     const old = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_FAIL: 'cuModuleLoadData:1=218' } });
     const nk = box.path('no-kernel');
     const r2 = cli(['checkpoint', String(old.app.pid), '--gpu-only', '--live', '-o', nk]);
-    expect(r2.code).toBe(1);
+    expect(r2.code).toBe(3);
     expect(r2.stderr).toMatch(/^gpuckpt: process \d+: the driver will not run the digest kernel .* checkpoint --live cannot tell what changed\n$/);
     expect(existsSync(nk)).toBe(false);
     expect(sameBuffers((await old.app.command('state')).buffers, old.ready.buffers as BufferState[])).toBe(true);

@@ -31,7 +31,7 @@ describe('whole-process checkpoint', () => {
   it('refuses a CRIU older than 4.0 before touching the process', async () => {
     const { app, ready } = await start();
     const r = cli(['checkpoint', String(app.pid), '-o', box.path('old')], { FAKE_CRIU_VERSION: '3.17' });
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^gpuckpt: CRIU 3\.17 at .* is too old: 4\.0 or newer is needed/);
     oneLine(r.stderr);
     expect(psRow(app.pid).poolState).toBe('active');
@@ -80,7 +80,7 @@ describe('whole-process checkpoint', () => {
 
     // Its PID is taken while it runs: restoring the image now is refused.
     const again = cli(['restore', out]);
-    expect(again.code).toBe(1);
+    expect(again.code).toBe(3);
     expect(again.stderr).toMatch(new RegExp(`^gpuckpt: process ${app.pid} is running: CRIU restores a process under its own PID`));
   });
 
@@ -174,7 +174,7 @@ describe('whole-process checkpoint', () => {
     const out = box.path('gpu-only');
     expect(cli(['checkpoint', String(app.pid), '--gpu-only', '-o', out]).code).toBe(0);
     const r = cli(['restore', out]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/holds the GPU memory only .* --into PID/);
   });
 });
@@ -190,7 +190,7 @@ describe('whole-process restore refusals', () => {
     m.devices = m.devices.map((d) => ({ ...d, name: 'NVIDIA H100 80GB HBM3' }));
     writeFileSync(join(out, 'manifest'), encodeManifest(m));
     const r = cli(['restore', out]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stderr).toBe('gpuckpt: the image was taken on NVIDIA H100 80GB HBM3; this GPU is Fake CUDA Device 0: restore it on the same chip type\n');
     expect(psRow(app.pid).poolState).toBe('active');
   });
@@ -201,7 +201,7 @@ describe('whole-process restore refusals', () => {
     expect(cli(['checkpoint', String(app.pid), '-o', out, '--leave-running']).code).toBe(0);
     writeFileSync(join(out, 'manifest'), 'not a manifest');
     const r = cli(['restore', out]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^gpuckpt: image manifest .* is not a gpuckpt manifest/);
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false); // CRIU never started
   });
@@ -213,7 +213,7 @@ describe('whole-process restore refusals', () => {
     app.child.kill('SIGKILL'); // the fake CRIU only stops the dumped process
     while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((r) => setTimeout(r, 20));
     const r = cli(['restore', out], { FAKE_NVML_FREE_MIB: '100' });
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^gpuckpt: GPU \S+ has 100.0 MiB free; process \d+ needs .* there \(pool 64.0 MiB, about 768.0 MiB of CUDA context\): nothing was restored; choose another GPU with --device\n$/);
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false);
   });
@@ -226,7 +226,7 @@ describe('whole-process checkpoint --force', () => {
     mkdirSync(notAnImage);
     writeFileSync(join(notAnImage, 'thesis.tex'), 'years of work');
     const r = cli(['checkpoint', String(app.pid), '-o', notAnImage, '--leave-running', '--force']);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/exists and is not a gpuckpt image: not replacing it/);
     expect(readFileSync(join(notAnImage, 'thesis.tex'), 'utf8')).toBe('years of work');
 

@@ -23,8 +23,8 @@ const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveL
 const stateOf = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0];
 
 /** Refused before anything moved: one line, no image, the job running with its data. */
-async function refusedUntouched(r: { code: number | null; stderr: string }, pattern: RegExp, app: Awaited<ReturnType<typeof start>>['app'], ready: Awaited<ReturnType<typeof start>>['ready'], out: string) {
-  expect(r.code).toBe(1);
+async function refusedUntouched(r: { code: number | null; stderr: string }, pattern: RegExp, app: Awaited<ReturnType<typeof start>>['app'], ready: Awaited<ReturnType<typeof start>>['ready'], out: string, status = 3) {
+  expect(r.code).toBe(status);
   expect(r.stderr).toMatch(pattern);
   oneLine(r.stderr);
   expect(existsSync(out)).toBe(false);
@@ -90,7 +90,7 @@ describe('a job of several processes', () => {
     expect(await eventually(() => psRow(spawned)?.poolState === 'active')).toBe(true);
     const out = box.path('tree-parent');
     const r = cli(['checkpoint', String(app.pid), '-o', out, '--parent', box.path('nothing')]);
-    await refusedUntouched(r, new RegExp(`^gpuckpt: the job of process ${app.pid} has 2 CUDA processes \\(${app.pid}, ${spawned}\\): --parent is for a job with one$`, 'm'), app, ready, out);
+    await refusedUntouched(r, new RegExp(`^gpuckpt: the job of process ${app.pid} has 2 CUDA processes \\(${app.pid}, ${spawned}\\): --parent is for a job with one$`, 'm'), app, ready, out, 2);
     process.kill(spawned, 'SIGKILL');
   });
 });
@@ -110,7 +110,7 @@ describe("what CRIU cannot carry is refused before the job is touched", () => {
     const m = /failed: (Error \(criu\/cr-dump\.c:1234\): fake-criu: injected dump failure) \(log: ([^)]+)\)/.exec(r.stderr);
     expect(m).not.toBeNull();
     expect(readFileSync(m![2]!, 'utf8')).toMatch(/Dumping FAILED/);
-    await refusedUntouched({ ...r, stderr: r.stderr }, /resumed$/m, app, ready, out);
+    await refusedUntouched({ ...r, stderr: r.stderr }, /resumed$/m, app, ready, out, 1);
   });
 
   it.each([
@@ -169,7 +169,7 @@ describe("what CRIU cannot carry is refused before the job is touched", () => {
 
   it('a job whose CUDA has not started yet has nothing on a GPU to save', () => {
     const r = cli(['checkpoint', String(process.pid), '-o', box.path('not-under')]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.stderr).toBe(`gpuckpt: process ${process.pid} is not running under gpuckpt (start it with gpuckpt run -- PROGRAM)\n`);
   });
 });

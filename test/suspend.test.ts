@@ -128,11 +128,11 @@ describe('suspend and resume', () => {
   it('refuses to suspend twice or to resume a running process, in one line', async () => {
     const { app } = await start();
     const notSuspended = cli(['resume', String(app.pid)]);
-    expect(notSuspended.code).toBe(1);
+    expect(notSuspended.code).toBe(3);
     expect(notSuspended.stderr).toBe(`gpuckpt: process ${app.pid} is not suspended\n`);
     expect(cli(['suspend', String(app.pid)]).code).toBe(0);
     const twice = cli(['suspend', String(app.pid)]);
-    expect(twice.code).toBe(1);
+    expect(twice.code).toBe(3);
     expect(twice.stderr).toMatch(/^gpuckpt: process \d+ is already suspended/);
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
   });
@@ -142,7 +142,7 @@ describe('suspend and resume', () => {
     const { app, ready } = await start({ FAKE_CUDA_FAIL: 'cuMemCreate:3=2' });
     expect(cli(['suspend', String(app.pid)]).code).toBe(0);
     const r = cli(['resume', String(app.pid)]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^gpuckpt: .*has no room for the pool .*stays suspended/);
     expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
     expect(driverState(app.pid)).toBe('checkpointed');
@@ -157,7 +157,7 @@ describe('suspend and resume', () => {
     const seen = { FAKE_NVML_PROCESS_PID: String(app.pid), FAKE_NVML_PROCESS_MIB: '900' };
     expect(cli(['suspend', String(app.pid)], seen).code).toBe(0);
     const full = cli(['resume', String(app.pid), '--device', '1'], { FAKE_NVML_FREE_MIB: '81920,512' });
-    expect(full.code).toBe(1);
+    expect(full.code).toBe(3);
     expect(full.stderr).toMatch(/^gpuckpt: GPU GPU-46414b45-0100-\S+ has 512.0 MiB free; process \d+ needs 964.0 MiB there \(pool 64.0 MiB, 836.0 MiB of CUDA context\): process \d+ stays suspended; resume it with --device on another GPU\n$/);
     expect(driverState(app.pid)).toBe('checkpointed'); // the driver was never asked
     expect(cli(['resume', String(app.pid), '--device', '1'], { FAKE_NVML_FREE_MIB: '81920,2048' }).code).toBe(0);
@@ -167,7 +167,7 @@ describe('suspend and resume', () => {
   it('a driver without the checkpoint API: refused in one line before the process is touched', async () => {
     const { app, ready } = await start();
     const old = cli(['suspend', String(app.pid)], { LD_LIBRARY_PATH: join(ROOT, 'build', 'test', 'fake-old') });
-    expect(old.code).toBe(1);
+    expect(old.code).toBe(3);
     expect(old.stderr).toBe('gpuckpt: this NVIDIA driver has no process checkpoint API (driver 570 or newer is needed)\n');
     expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
@@ -211,7 +211,7 @@ describe('the driver keeper', () => {
     expect(runs(keeper)).toBe(true);
     expect(readFileSync(`/proc/${keeper}/cmdline`, 'utf8')).toContain('gpuckpt-driver-keeper');
     // A refused second suspend leaves the keeper alone.
-    expect(cli(['suspend', String(app.pid)]).code).toBe(1);
+    expect(cli(['suspend', String(app.pid)]).code).toBe(3);
     expect(driverKeeperPid(app.pid)).toBe(keeper);
     expect(runs(keeper)).toBe(true);
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
@@ -326,7 +326,7 @@ describe('migrate', () => {
   it('refuses an unknown GPU before touching the process', async () => {
     const { app, ready } = await start();
     const m = cli(['migrate', String(app.pid), '--to-device', '7']);
-    expect(m.code).toBe(1);
+    expect(m.code).toBe(2);
     expect(m.stderr).toMatch(/^gpuckpt: no GPU "7" on this host \(2 GPU\(s\)/);
     expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);

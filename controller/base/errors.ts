@@ -59,14 +59,56 @@ export type ErrorCode =
 
 export class GpuckptError extends Error {
   readonly code: ErrorCode;
+  /** The exit status, where the code's own (exitStatusOf) would mislead: a refusal's cause met after something was touched. */
+  readonly exitStatus?: number;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; exitStatus?: number }) {
     super(message, options);
     this.name = 'GpuckptError';
     this.code = code;
+    if (options?.exitStatus !== undefined) this.exitStatus = options.exitStatus;
   }
 }
 
 export function isGpuckptError(e: unknown, code?: ErrorCode): e is GpuckptError {
   return e instanceof GpuckptError && (code === undefined || e.code === code);
+}
+
+/**
+ * The exit status a failure gives, by what the user should do:
+ * 2, the command or its setting is wrong (fix it and run again);
+ * 3, refused before anything was touched: everything is as it was;
+ * 1, a failure partway: the message says what state things were left in.
+ */
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+export const EXIT_REFUSED = 3;
+
+const USAGE: ErrorCode[] = ['BAD_ARGUMENT', 'NO_SUCH_GPU', 'PID_NOT_RUNNING', 'NOT_UNDER_GPUCKPT', 'IMAGE_MISSING', 'IMAGE_EXISTS', 'IMAGE_NOT_AN_IMAGE', 'NO_CRIU', 'NO_SHIM', 'NO_NVCC', 'NO_GPU', 'PEER_REFUSED', 'PROTOCOL_VERSION'];
+const REFUSED: ErrorCode[] = [
+  'CRIU_CANNOT',
+  'JOB_REFUSED',
+  'CUT_TIMEOUT',
+  'OTHER_CHIP',
+  'FILE_CHANGED',
+  'NEEDS_TERMINAL',
+  'PID_IN_USE',
+  'TARGET_NO_MEMORY',
+  'LAYOUT_MISMATCH',
+  'HOST_MEMORY',
+  'ALREADY_SUSPENDED',
+  'NOT_SUSPENDED',
+  'HALF_RESTORED',
+  'IMAGE_CHAIN_BROKEN',
+  'IMAGE_VERSION',
+  'IMAGE_TRUNCATED',
+  'IMAGE_CORRUPT',
+  'IMAGE_DATA_CORRUPT',
+  'NO_DRIVER_CHECKPOINT',
+  'NO_DIGEST_KERNEL',
+];
+
+export function exitStatusOf(e: GpuckptError): number {
+  if (e.exitStatus !== undefined) return e.exitStatus;
+  return USAGE.includes(e.code) ? EXIT_USAGE : REFUSED.includes(e.code) ? EXIT_REFUSED : EXIT_FAILURE;
 }

@@ -20,7 +20,7 @@ import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { criuDump, criuRestoreTree, findCriu } from '../adapters/criu.js';
 import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
-import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import type { Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
@@ -283,7 +283,7 @@ export async function restoreProcess(
       // Without their GPU data the processes cannot run, and they hold the
       // PIDs another restore needs: they are ended (the image is as it was).
       killProcess(info.pid);
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`, { exitStatus: EXIT_FAILURE });
     }
     const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
     const failed = resumed.findIndex((r) => r.status === 'rejected');

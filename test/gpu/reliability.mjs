@@ -51,11 +51,11 @@ export async function runReliability(h) {
     if (r.code !== 0) throw failure(`gpuckpt ${args.join(' ')}: exit ${r.code ?? r.signal}: ${r.stderr.trim()}`);
     return r;
   }
-  /** Exit 1 with one line matching pattern; returns the line. */
-  function failsInOneLine(r, pattern, what) {
+  /** Exit status (1: a failure; 3: refused, untouched) with one line matching pattern; returns the line. */
+  function failsInOneLine(r, pattern, what, status = 1) {
     const lines = r.stderr.trimEnd().split('\n');
-    if (r.code !== 1 || lines.length !== 1 || !pattern.test(lines[0]))
-      throw failure(`${what}: expected exit 1 and one line matching ${pattern}, got exit ${r.code ?? r.signal}: ${r.stderr.trim()}`);
+    if (r.code !== status || lines.length !== 1 || !pattern.test(lines[0]))
+      throw failure(`${what}: expected exit ${status} and one line matching ${pattern}, got exit ${r.code ?? r.signal}: ${r.stderr.trim()}`);
     return lines[0];
   }
   async function psRow(pid) {
@@ -173,7 +173,7 @@ export async function runReliability(h) {
     b[0] ^= 0x5a;
     fs.writeSync(fd, b, 0, 1, at);
     fs.closeSync(fd);
-    const line = failsInOneLine(await gpuckpt(['restore', image, '--into', pid]), /corrupt|checksum|damaged/i, 'verify');
+    const line = failsInOneLine(await gpuckpt(['restore', image, '--into', pid]), /corrupt|checksum|damaged/i, 'verify', 3);
     await runsWith(app, M, 'after a damaged image was refused');
     return `a flipped byte in the first frame: restore --into refused in one line (${quote(line)}); the process runs untouched`;
   });
@@ -184,7 +184,7 @@ export async function runReliability(h) {
     const held = (await psRow(app.pid))?.poolState;
     if (held !== 'half-restored') throw failure(`after a failed reload the process is ${held}, not half-restored`);
     const mix = snapPath('mix');
-    failsInOneLine(await gpuckpt(['checkpoint', pid, '--gpu-only', '-o', mix]), /part of an image/, 'checkpoint of a half-restored pool');
+    failsInOneLine(await gpuckpt(['checkpoint', pid, '--gpu-only', '-o', mix]), /part of an image/, 'checkpoint of a half-restored pool', 3);
     noImage(mix, 'checkpoint of a half-restored pool');
     await ok(['restore', image, '--into', pid]);
     await runsWith(app, R, 'after the second rollback');
