@@ -17,6 +17,7 @@ import { bytesOf, planBlocks } from '../image/chain.js';
 import { DIGEST_BLOCK } from '../image/format.js';
 import type { AllocationRecord } from '../image/index.js';
 import type { PhaseClock } from '../base/phase-clock.js';
+import type { Progress } from '../base/progress.js';
 import { closeStaging, type ShimSession, type StagingMemory } from '../adapters/session.js';
 import { packEach, stagingForStatus, type Placed } from './staging-plan.js';
 import { DEFAULT_LEASE_MS, type StatusReply } from '../../native/index.js';
@@ -65,7 +66,7 @@ export async function stagePool(
   session: ShimSession,
   staging: StagingMemory | undefined,
   devices: string[],
-  opts: { leaseMs?: number; digests?: boolean },
+  opts: { leaseMs?: number; digests?: boolean; progress?: Progress },
   clock?: PhaseClock,
 ): Promise<StagedPool | undefined> {
   if (!staging) return undefined;
@@ -89,7 +90,13 @@ export async function stagePool(
     }
     const { groups, bytes: heldBytes } = placed;
     const c0 = performance.now();
-    for (const g of groups) await session.copyOut(g);
+    let copied = 0;
+    for (const g of groups) {
+      await session.copyOut(g);
+      copied += g.reduce((n, r) => n + r.length, 0);
+      opts.progress?.transfer('suspend: copied to host memory', copied, heldBytes);
+    }
+    opts.progress?.done();
     const copySeconds = (performance.now() - c0) / 1000;
     clock?.mark('copy');
     return { layout: { rawBytes: bytesOf(allocations), heldBytes, zeroFills: plan.zeros.fills, devices, groups }, copySeconds };
@@ -122,14 +129,20 @@ export function placeHeld(ranges: AllocationRecord[]): { groups: Placed[][]; end
 
 /** Zeros, then DMA of the held data back into the (remapped) pool; the caller holds the process.
  * Returns the seconds spent in copies. */
-export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock): Promise<number> {
+export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock, progress?: Progress): Promise<number> {
   const staging = await session.mapStaging(0, 'held');
   clock?.mark('pin');
   try {
     await session.fillZeros(layout.zeroFills, layout.groups.length === 0);
     if (layout.zeroFills.length) clock?.mark('zeros');
     const c0 = performance.now();
-    for (const [i, g] of layout.groups.entries()) await session.copyIn(g, i === layout.groups.length - 1);
+    let copied = 0;
+    for (const [i, g] of layout.groups.entries()) {
+      await session.copyIn(g, i === layout.groups.length - 1);
+      copied += g.reduce((n, r) => n + r.length, 0);
+      progress?.transfer('resume: copied back to the GPU', copied, layout.heldBytes);
+    }
+    progress?.done();
     clock?.mark('copy');
     return (performance.now() - c0) / 1000;
   } finally {

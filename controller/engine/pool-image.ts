@@ -379,6 +379,8 @@ async function copyAndCompress(
   let copySeconds = 0;
   let pauseSeconds = 0;
   let pieces: Piece[] = [];
+  /** Bytes of the frames to write: pieces' total (for progress). */
+  let toWrite = 0;
   let allocations: CopyRun['allocations'] = [];
   let digests: Buffer[] | undefined;
   let digestSeconds = 0;
@@ -442,6 +444,7 @@ async function copyAndCompress(
   /** Copies pieces packed into staging (reused as a ring when it cannot hold them all); each is compressed once copied. */
   async function copyPacked(all: Piece[]): Promise<void> {
     pieces = all;
+    toWrite = all.reduce((s, p) => s + p.length, 0);
     const needed = packedBytes(pieces);
     const made = await stagingFor(needed);
     staging = made.staging;
@@ -494,7 +497,7 @@ async function copyAndCompress(
         compressions.push(job);
         copied += piece.length;
       }
-      progress.update(`checkpoint: copied ${formatBytes(copied)} of ${formatBytes(totalBytes)}`);
+      progress.transfer('checkpoint: copied', copied, totalBytes);
     }
     await mapped;
     if (firstFailure) throw firstFailure;
@@ -504,6 +507,7 @@ async function copyAndCompress(
   async function copyChanged(plan: LivePlan): Promise<void> {
     staging = live!.staging;
     pieces = plan.frames.map((f) => f.piece);
+    toWrite += pieces.reduce((s, p) => s + p.length, 0);
     for (const request of plan.copies) {
       const c0 = performance.now();
       await session.copyOut(request);
@@ -527,7 +531,7 @@ async function copyAndCompress(
       firstWriteAt ??= performance.now();
       frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
       written += piece.length;
-      progress.update(`checkpoint: wrote ${formatBytes(written)}`);
+      progress.transfer('checkpoint: compressed and written', written, toWrite);
     });
   }
 

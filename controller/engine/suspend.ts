@@ -30,6 +30,7 @@ import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, ty
 import { ImageReader } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
+import { Progress } from '../base/progress.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { holdBaseDir } from '../adapters/run-dir.js';
 import { ShimSession } from '../adapters/session.js';
@@ -178,7 +179,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     if (!opts.to) {
       const staging = await (early ?? mapHeldStaging(session, status, opts.stagingLimit));
       const digests = await kernel;
-      const staged = await stagePool(session, staging, uuids, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, digests }, clock);
+      const staged = await stagePool(session, staging, uuids, { leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, digests, progress: new Progress(opts.progress) }, clock);
       if (staged) {
         await releaseHeld(staged.layout);
         const { rawBytes, heldBytes } = staged.layout;
@@ -358,7 +359,7 @@ export async function resumeProcess(
     if (layout?.gpus) {
       copySeconds = Infinity; // mapped where it was held, or copied there by the remap
     } else if (layout) {
-      copySeconds = await copyHeldIn(session, layout, clock);
+      copySeconds = await copyHeldIn(session, layout, clock, new Progress(opts.progress));
     } else {
       const using = opts.loader ?? (loader = await PoolLoader.open(imageReader!, opts));
       await using.attach(session);

@@ -94,7 +94,7 @@ export async function suspendJob(pid: number, opts: { to?: string; force?: boole
   const teardownSeconds = round((performance.now() - d0) / 1000, 4);
   let suspended: SuspendSummary[];
   try {
-    suspended = await suspendMembers(new Map(job.members.map((m) => [m, undefined])), { keepDriver: opts.keepDriver });
+    suspended = await suspendMembers(new Map(job.members.map((m) => [m, undefined])), { keepDriver: opts.keepDriver, progress: false });
   } catch (e) {
     return failedAt(cut, e, 'the job runs on');
   }
@@ -143,7 +143,7 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
   const down = comms.some((r) => r.status.comms.some((c) => c.flags & CommFlag.DOWN));
   const waiting = comms.some((r) => r.status.flags & NcclFlag.HELD);
   if (!toResume.length && !down && !waiting) throw new GpuckptError('NOT_SUSPENDED', `the job of process ${pid} is not suspended`);
-  const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device })));
+  const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false })));
   const failed = results.findIndex((r) => r.status === 'rejected');
   if (failed >= 0) {
     const e = (results[failed] as PromiseRejectedResult).reason as Error;
