@@ -19,8 +19,8 @@ export interface Criu {
   compat?: string;
 }
 
-/** CRIU before 4.2 reads SO_PASSCRED from TCP and UDP sockets, which Linux refuses since 6.16. */
-function needsCompat(version: string): boolean {
+/** CRIU before 4.2 reads SO_PASSCRED from TCP and UDP sockets, which Linux refuses since 6.16 (CRIU's commit 4b73985). */
+export function criuAsksPasscredOnInet(version: string): boolean {
   const [maj = 0, min = 0] = release().split('.').map(Number);
   const [cmaj = 0, cmin = 0] = version.split('.').map(Number);
   return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2));
@@ -48,7 +48,7 @@ export function findCriu(given?: string): Criu {
   const version = `${m[1]}.${m[2]}${m[3] ? `.${m[3]}` : ''}`;
   if (Number(m[1]) < 4) throw new GpuckptError('NO_CRIU', `CRIU ${version} at ${path} is too old: 4.0 or newer is needed`);
   const compat = join(packageRoot(), 'build', 'gpuckpt-criu-compat.so');
-  return { path, version, ...(needsCompat(version) && existsSync(compat) ? { compat } : {}) };
+  return { path, version, ...(criuAsksPasscredOnInet(version) && existsSync(compat) ? { compat } : {}) };
 }
 
 /**

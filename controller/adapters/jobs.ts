@@ -8,6 +8,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { runningStartTime } from './processes.js';
 import { processRunDir, socketPath } from './run-dir.js';
 
+/** What a job's --name may be (it stands where a PID does). */
+export const JOB_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,63}$/;
+
 export interface JobTag {
   /** The launcher's PID: the job's id. */
   launcher: number;

@@ -25,7 +25,7 @@ export interface JobComm {
 const DEFAULT_CUT_TIMEOUT_MS = 10_000;
 const POLL_MS = 2;
 
-export function keyName(key: bigint): string {
+function keyName(key: bigint): string {
   return key.toString(16).padStart(16, '0');
 }
 

@@ -19,7 +19,7 @@
  */
 import { fstatSync, openSync, closeSync } from 'node:fs';
 import { release } from 'node:os';
-import type { Criu } from '../adapters/criu.js';
+import { criuAsksPasscredOnInet, type Criu } from '../adapters/criu.js';
 import { GpuckptError } from '../base/errors.js';
 import { describeInet, inetSockets, type InetSocket } from '../adapters/inet-sockets.js';
 import { holdersOf, inodeOf, isWriteOnly, mappedDevices, openFiles, readTree, type OpenFile, type TreeProcess } from '../adapters/process-tree.js';
@@ -59,11 +59,9 @@ const UNIX_CONNECTED = 1;
 /** anon_inode kinds CRIU 4.x cannot dump. */
 const UNDUMPABLE_ANON = /^anon_inode:\[?(io_uring|perf_event|userfaultfd|bpf-prog|bpf_link|dmabuf)/;
 
-/** Kernel 6.16 refuses SO_PASSCRED on TCP and UDP sockets, which CRIU read until 4.2 (its commit 4b73985), unless gpuckpt preloads its answer. */
+/** This CRIU cannot save TCP and UDP sockets here: it asks what the kernel refuses, and gpuckpt has no answer to preload. */
 function criuFailsOnInet(criu: Criu): boolean {
-  const [maj = 0, min = 0] = release().split('.').map(Number);
-  const [cmaj = 0, cmin = 0] = criu.version.split('.').map(Number);
-  return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2)) && !criu.compat;
+  return criuAsksPasscredOnInet(criu.version) && !criu.compat;
 }
 
 function who(p: TreeProcess): string {

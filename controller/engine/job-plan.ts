@@ -8,13 +8,15 @@ import { GpuckptError } from '../base/errors.js';
 import { isCudaMember, jobOf } from '../adapters/jobs.js';
 import { readTree, type TreeProcess } from '../adapters/process-tree.js';
 import { hasShimLoaded } from '../adapters/processes.js';
-import { checkJobComms, readJobComms, type JobComm } from './collective-cut.js';
+import { checkJobComms, readJobComms, type JobComm, type RankComms } from './collective-cut.js';
 
 export interface Job {
   pid: number;
   tree: TreeProcess[];
   members: number[];
   comms: JobComm[];
+  /** Each member's NCCL status, as read for the checks. */
+  ranks: RankComms[];
 }
 
 /**
@@ -28,12 +30,13 @@ export async function readJob(pid: number, verb: string, instead = wholeJob(pid,
   const members = tree.filter((p) => isCudaMember(p.pid)).map((p) => p.pid);
   if (!members.length)
     throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} and its children have not started CUDA yet, so there is nothing on a GPU to ${verb}: try once they have`);
-  const comms = checkJobComms(await readJobComms(members), members.length > 1 ? `the job of process ${pid}` : `process ${pid}`, instead);
-  return { pid, tree, members, comms };
+  const ranks = await readJobComms(members);
+  const comms = checkJobComms(ranks, members.length > 1 ? `the job of process ${pid}` : `process ${pid}`, instead);
+  return { pid, tree, members, comms, ranks };
 }
 
 /** What to run instead of a verb on part of a job. */
-export function wholeJob(pid: number, verb: string): string {
+function wholeJob(pid: number, verb: string): string {
   const launcher = jobOf(pid)?.launcher;
   return launcher && launcher !== pid ? `${verb} the whole job instead: gpuckpt ${verb} ${launcher}` : `${verb} a process whose descendants hold every rank (the job's launcher)`;
 }

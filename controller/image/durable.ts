@@ -1,10 +1,12 @@
 /**
  * Making files durable before an image is published under its name: a
  * rename is atomic, but only what was fsynced before it survives a crash.
+ * And what may stand where an image is about to be published.
  */
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import { open, readdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { GpuckptError } from '../base/errors.js';
 
 /** fsync of a directory: its entries (files created, renamed) survive a crash. */
 export async function fsyncDir(dir: string): Promise<void> {
@@ -41,6 +43,16 @@ export async function syncTree(dir: string): Promise<void> {
 }
 
 /** The complete image at work becomes target (replacing an image there with force). */
+/**
+ * Refuses an output path that is taken, unless force; even then only a
+ * gpuckpt image is replaced, never other data at a mistyped path.
+ */
+export function refuseTakenTarget(target: string, force: boolean): void {
+  if (!existsSync(target)) return;
+  if (!force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
+  if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
+}
+
 export async function publishImage(work: string, target: string, force: boolean): Promise<void> {
   if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
   renameSync(work, target);

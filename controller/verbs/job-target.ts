@@ -1,13 +1,13 @@
 /** What the verbs take: a PID, or the --name of a job started with gpuckpt run. */
 import { readdirSync } from 'node:fs';
 import { GpuckptError } from '../base/errors.js';
-import { findJobByName } from '../adapters/jobs.js';
+import { findJobByName, JOB_NAME } from '../adapters/jobs.js';
 import { parsePid } from '../adapters/processes.js';
 import { ownRunDir } from '../adapters/run-dir.js';
 
 export function parseTarget(text: string): number {
   if (/^[0-9]+$/.test(text)) return parsePid(text);
-  if (!/^[A-Za-z][A-Za-z0-9_.-]{0,63}$/.test(text)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not a process ID (nor a job name)`);
+  if (!JOB_NAME.test(text)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not a process ID (nor a job name)`);
   let pids: number[] = [];
   try {
     pids = readdirSync(ownRunDir())

@@ -7,19 +7,17 @@
  * resume makes them again behind the handles the application holds. A job
  * of one process with no communicator takes the single-process paths.
  */
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { round } from '../base/units.js';
-import { readTree } from '../adapters/process-tree.js';
-import { isCudaMember } from '../adapters/jobs.js';
 import { ShimSession } from '../adapters/session.js';
-import { JobCut, readJobComms } from '../engine/collective-cut.js';
+import { JobCut } from '../engine/collective-cut.js';
 import { readJob, type Job } from '../engine/job-plan.js';
 import { stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
-import { fsyncDir, publishImage } from '../image/durable.js';
+import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
 import { removeStaleTempDirs } from '../image/index.js';
 import { tempDirName } from '../image/temp-dirs.js';
 import { checkpointGpuOnly } from './checkpoint.js';
@@ -123,11 +121,10 @@ async function refuseSuspended(pid: number, what: string): Promise<void> {
 
 export async function resumeJob(pid: number, opts: { device?: string; progress?: boolean } = {}): Promise<ResumeSummary | JobResumeSummary> {
   const t0 = performance.now();
-  const members = readTree(pid).filter((p) => isCudaMember(p.pid)).map((p) => p.pid);
-  const single = members.length === 1 && members[0] === pid;
-  if (single && !(await readJobComms(members))[0]!.status.comms.length) return resumeProcess(pid, opts);
   // Every rank of every communicator must be here before anything moves.
-  await readJob(pid, 'resume');
+  const job = await readJob(pid, 'resume');
+  if (isSingle(job)) return resumeProcess(pid, opts);
+  const { members, ranks } = job;
   const held = await Promise.all(
     members.map(async (m) => {
       const s = await ShimSession.open(m);
@@ -139,9 +136,8 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
     }),
   );
   const toResume = members.filter((_, i) => held[i]);
-  const comms = await readJobComms(members);
-  const down = comms.some((r) => r.status.comms.some((c) => c.flags & CommFlag.DOWN));
-  const waiting = comms.some((r) => r.status.flags & NcclFlag.HELD);
+  const down = ranks.some((r) => r.status.comms.some((c) => c.flags & CommFlag.DOWN));
+  const waiting = ranks.some((r) => r.status.flags & NcclFlag.HELD);
   if (!toResume.length && !down && !waiting) throw new GpuckptError('NOT_SUSPENDED', `the job of process ${pid} is not suspended`);
   const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false })));
   const failed = results.findIndex((r) => r.status === 'rejected');
@@ -181,8 +177,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   if (isSingle(job)) return checkpointGpuOnly(pid, out, opts);
   if (opts.parent || opts.live) throw new GpuckptError('BAD_ARGUMENT', `the job of process ${pid} has ${job.members.length} CUDA processes: --parent and --live are for a job of one`);
   const target = resolve(out);
-  if (existsSync(target) && !opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
-  if (existsSync(target) && !existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
+  refuseTakenTarget(target, !!opts.force);
   await removeStaleTempDirs(dirname(target));
   const [primary] = job.members as [number, ...number[]];
   const work = join(dirname(target), tempDirName(basename(target)));

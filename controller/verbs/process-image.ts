@@ -35,7 +35,7 @@ import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
-import { fsyncDir, publishImage, syncTree } from '../image/durable.js';
+import { fsyncDir, publishImage, refuseTakenTarget, syncTree } from '../image/durable.js';
 import { ImageReader, removeStaleTempDirs } from '../image/index.js';
 import { osErrorText } from '../image/os-error.js';
 import { tempDirName } from '../image/temp-dirs.js';
@@ -76,11 +76,7 @@ export async function checkpointProcess(
 ): Promise<ProcessCheckpointSummary> {
   const t0 = performance.now();
   const target = resolve(out);
-  if (existsSync(target)) {
-    if (!opts.force) throw new GpuckptError('IMAGE_EXISTS', `${target} already exists (use --force to replace it)`);
-    // --force replaces an image, never other data at a mistyped path.
-    if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
-  }
+  refuseTakenTarget(target, !!opts.force);
   // Refused in the order of their causes, before the process is touched: a
   // process not under gpuckpt, or part of a distributed job; then no CRIU.
   const { comms } = await readJob(pid, 'checkpoint');

@@ -7,6 +7,7 @@
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
+import { JOB_NAME } from '../adapters/jobs.js';
 import { parseAddress, parseSize } from '../base/units.js';
 import { packageRoot } from '../../native/index.js';
 
@@ -67,7 +68,7 @@ export function makeRunPlan(command: string[], opts: RunOptions): RunPlan {
     env.GPUCKPT_POOL_BASE = '0x' + base.toString(16);
   }
   if (opts.name !== undefined) {
-    if (!/^[A-Za-z][A-Za-z0-9_.-]{0,63}$/.test(opts.name)) throw new GpuckptError('BAD_ARGUMENT', `--name "${opts.name}" must start with a letter and hold only letters, digits, _ . - (at most 64)`);
+    if (!JOB_NAME.test(opts.name)) throw new GpuckptError('BAD_ARGUMENT', `--name "${opts.name}" must start with a letter and hold only letters, digits, _ . - (at most 64)`);
     env.GPUCKPT_JOB_NAME = opts.name;
   }
   const shim = shimPath();
