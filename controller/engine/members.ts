@@ -45,6 +45,6 @@ export async function resumeAfterFailure(images: Map<number, string | undefined>
 }
 
 /** Resumes every member from its image (undefined: where its suspend held it), all at once: each one's failure, or undefined. */
-export function resumeMembers(images: Map<number, string | undefined>, opts: { device?: string } = {}): Promise<(unknown | undefined)[]> {
-  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: !!image, image, device: opts.device }).then(() => undefined, (e: unknown) => e)));
+export function resumeMembers(images: Map<number, string | undefined>): Promise<(unknown | undefined)[]> {
+  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: !!image, image }).then(() => undefined, (e: unknown) => e)));
 }
