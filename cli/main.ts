@@ -152,6 +152,7 @@ function buildProgram(): Command {
     .option('--live', 'copy while the application runs, again where it changed, and pause it only for the last changes (needs host memory for the whole pool)')
     .option('--json', 'print a JSON summary on stdout')
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
+    .option('--raw-criu-pages', "keep CRIU's memory pages as CRIU wrote them, for tools that read CRIU images (default: compressed like the pool)")
     .addHelpText(
       'after',
       examples([
@@ -163,7 +164,7 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 -o /ckpt/job --criu-opt=--tcp-established   # a job with open TCP connections',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean }) => {
       const output = required(opts.output, '-o, --output <dir>');
       const pid = parseTarget(pidText);
       const level = Number(opts.level);
@@ -171,13 +172,14 @@ function buildProgram(): Command {
       const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
+        if (opts.rawCriuPages) throw new GpuckptError('BAD_ARGUMENT', '--raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files');
         const summary = await checkpointJobGpuOnly(pid, output, common);
         if (opts.json) printJson(summary);
         else if ('images' in summary) printJobCheckpoint(summary);
         else printCheckpoint(summary);
         return;
       }
-      const summary = await checkpointProcess(pid, output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt });
+      const summary = await checkpointProcess(pid, output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt, rawCriuPages: opts.rawCriuPages });
       if (opts.json) printJson(summary);
       else printProcessCheckpoint(summary);
     });

@@ -89,6 +89,7 @@ export function inspectJson(r: InspectReport): string {
     ...(blocks ? { blocks: { size: blocks.size, count: blocks.digests.reduce((n, d) => n + d.length / 8, 0) } } : {}),
     ...(parent ? { parent: { path: parent.path, manifestSha256: Buffer.from(parent.manifestSha256).toString('hex') } } : {}),
     chain: r.chain,
+    ...(r.criuPages ? { criuPages: r.criuPages } : {}),
   });
 }
 
@@ -109,6 +110,7 @@ export function printInspect(r: InspectReport): void {
   }
   if (m.parent) console.log(`parent       ${m.parent.path}`);
   for (const [i, p] of r.chain.entries()) console.log(`chain ${i + 1}      ${p.image} (${p.createdAt}): ${formatBytes(p.rawBytes)} stored as ${formatBytes(p.storedBytes)}`);
+  if (r.criuPages) console.log(`CRIU pages   ${formatBytes(r.criuPages.rawBytes)} stored as ${formatBytes(r.criuPages.storedBytes)} in ${r.criuPages.files} file(s)`);
   console.log(`outside pool managed ${formatBytes(outside.managed)}, stream-ordered ${formatBytes(outside.streamOrdered)}, pinned host ${formatBytes(outside.host)}, unrouted ${formatBytes(outside.unrouted)}`);
   console.log(`checksums    ${r.verified ? 'all verified' : r.problem ? `FAILED: ${r.problem}` : 'not checked'}`);
 }
@@ -151,6 +153,7 @@ export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
   const job = s.members.length > 1 || s.members[0] !== s.pid ? `job of process ${s.pid} (CUDA in ${s.members.join(', ')})` : `process ${s.pid}`;
   console.log(`${job} saved to ${s.image}${s.leftRunning ? '; it carries on' : '; it has stopped and its GPU is free'}`);
   console.log(`  pool ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)}; GPU free after ${s.gpuFreeSeconds} s; CRIU ${s.criuVersion} dump ${s.dumpSeconds} s; total ${s.seconds} s`);
+  if (s.criuPages) console.log(`  CRIU's pages ${formatBytes(s.criuPages.rawBytes)} -> ${formatBytes(s.criuPages.storedBytes)} in ${s.criuPages.seconds} s`);
   if (s.pauseSeconds !== undefined)
     console.log(`  application paused ${s.pauseSeconds} s (${s.route === 'gpu' ? 'pool copied on its GPU' : `pool through host memory: ${s.whyThroughHost ?? 'asked to'}`})`);
   for (const n of s.notes) console.log(`  ${n}`);
@@ -158,7 +161,7 @@ export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
 
 export function printProcessRestore(s: ProcessRestoreSummary): void {
   process.stderr.write(
-    `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
+    `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s${s.criuPages ? `, its pages unpacked first in ${s.criuPages.seconds} s` : ''}; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
   );
   for (const f of s.appended ?? []) process.stderr.write(`gpuckpt: ${f} changed since the image was made: the job writes on at its end\n`);
 }

@@ -33,6 +33,8 @@ interface NativeModule {
   Session: new (socketPath: string) => NativeSession;
   /** Maps [offset, offset+length) of files laid end to end, fileBytes each (the shim's staging memfds); length <= 4 GiB, offset page-aligned. */
   mapFiles(fds: number[], fileBytes: bigint | number, size: bigint | number, offset: bigint | number, length: bigint | number): ArrayBuffer;
+  /** Unmaps a mapFiles buffer at once and detaches it. */
+  unmapFiles(buffer: ArrayBuffer): void;
   closeFd(fd: number): void;
   /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */
   createMemfd(size: bigint | number): number;

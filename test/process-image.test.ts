@@ -219,6 +219,54 @@ describe('whole-process restore refusals', () => {
   });
 });
 
+describe("CRIU's pages", () => {
+  /** A whole-process image of a fresh process, which is then ended (the fake CRIU only stops it), so its PID is free for a restore. */
+  async function imageOfEnded(name: string, extra: string[] = []): Promise<{ out: string; summary: any }> {
+    const { app } = await start();
+    const out = box.path(name);
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--json', ...extra]);
+    expect(r.stderr).toBe('');
+    app.child.kill('SIGKILL');
+    while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((res) => setTimeout(res, 20));
+    return { out, summary: json(r.stdout) };
+  }
+  const criuFiles = (out: string) => readdirSync(join(out, 'criu')).filter((n) => n.startsWith('pages-') || n === 'gpuckpt-pages.json').sort();
+
+  it('are compressed in the image, verified by inspect, and reach CRIU as it wrote them', async () => {
+    const { out, summary } = await imageOfEnded('pages');
+    expect(criuFiles(out)).toEqual(['gpuckpt-pages.json', 'pages-1.img.zst']);
+    expect(summary.criuPages).toMatchObject({ files: 1, rawBytes: 1027 * 4096 });
+    expect(summary.criuPages.storedBytes).toBeLessThan(summary.criuPages.rawBytes);
+    expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true, criuPages: { files: 1, rawBytes: 1027 * 4096 } });
+    // The fake CRIU checks the pages it reads against what it dumped before its injected failure.
+    const r = cli(['restore', out, '--detach'], { FAKE_CRIU_FAIL: 'restore' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^gpuckpt: criu restore of .* failed: .*injected restore failure \(log: .*criu-restore-.*\.log\)\n$/);
+    expect(readdirSync(join(out, 'criu')).filter((n) => n.endsWith('.log') || n.endsWith('.pid') || n.startsWith('fake-criu-restore'))).toEqual(['dump.log']); // a restore writes nothing into the image
+  });
+
+  it('a damaged one: inspect names it, restore refuses before CRIU runs', async () => {
+    const { out } = await imageOfEnded('pages-damaged');
+    const path = join(out, 'criu', 'pages-1.img.zst');
+    const bytes = readFileSync(path);
+    bytes[bytes.length >> 1] ^= 0xff;
+    writeFileSync(path, bytes);
+    expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: false, problem: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 0: /) });
+    const r = cli(['restore', out, '--detach']);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/^gpuckpt: image data is corrupt: pages-1\.img\.zst frame 0: /);
+    oneLine(r.stderr);
+  });
+
+  it('--raw-criu-pages keeps them as CRIU wrote them, and restore takes them so', async () => {
+    const { out, summary } = await imageOfEnded('pages-raw', ['--raw-criu-pages']);
+    expect(criuFiles(out)).toEqual(['pages-1.img']);
+    expect(summary.criuPages).toBeUndefined();
+    const r = cli(['restore', out, '--detach'], { FAKE_CRIU_FAIL: 'restore' });
+    expect(r.stderr).toMatch(/injected restore failure/);
+  });
+});
+
 describe('whole-process checkpoint --force', () => {
   it('replaces an image but never other data at the path', async () => {
     const { app } = await start();

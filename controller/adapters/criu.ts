@@ -68,16 +68,16 @@ function firstError(log: string): string {
 }
 
 /**
- * A copy of a failed dump's log that outlives its working directory:
- * <run dir>/logs/criu-dump-PID-TIME.log (the newest 20 kept).
+ * A copy of a failed dump's or restore's log that outlives its working
+ * directory: <run dir>/logs/criu-WHAT-TIME.log (the newest 20 kept).
  */
-function keepLog(log: string, pid: number): string {
+function keepLog(log: string, what: string): string {
   const dir = join(ownRunDir(), 'logs');
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const kept = join(dir, `criu-dump-${pid}-${new Date().toISOString().replace(/[:.]/g, '-')}.log`);
+    const kept = join(dir, `criu-${what}-${new Date().toISOString().replace(/[:.]/g, '-')}.log`);
     copyFileSync(log, kept);
-    const old = readdirSync(dir).filter((n) => n.startsWith('criu-dump-')).sort((a, b) => statSync(join(dir, a)).mtimeMs - statSync(join(dir, b)).mtimeMs);
+    const old = readdirSync(dir).filter((n) => n.startsWith('criu-')).sort((a, b) => statSync(join(dir, a)).mtimeMs - statSync(join(dir, b)).mtimeMs);
     for (const n of old.slice(0, Math.max(0, old.length - KEPT_LOGS))) rmSync(join(dir, n), { force: true });
     return kept;
   } catch {
@@ -94,7 +94,7 @@ export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRun
   const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', env: criuEnv(criu) });
   if (r.status !== 0) {
     const log = join(dir, 'dump.log');
-    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, root)})`);
+    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, `dump-${root}`)})`);
   }
 }
 
@@ -149,7 +149,7 @@ export async function criuRestoreTree(
   while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
   if (detach) await done;
   if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${join(dir, 'restore.log')})`);
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
   rmSync(pidFile, { force: true });
   // Wrapped: an async function returning the promise itself would wait for it.
   return { done };

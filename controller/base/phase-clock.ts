@@ -9,7 +9,12 @@ export type Phases = Record<string, number>;
 
 export class PhaseClock {
   readonly phases: Phases = {};
-  private last = performance.now();
+  private last: number;
+
+  /** since: where the first phase began (default: now). */
+  constructor(since = performance.now()) {
+    this.last = since;
+  }
 
   /** Seconds since the previous mark are charged to name (added, when it recurs). */
   mark(name: string): void {

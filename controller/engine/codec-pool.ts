@@ -1,7 +1,7 @@
 /**
  * A pool of worker threads that compress and decompress frames in parallel,
  * so the event loop only schedules and writes. Each worker maps the staging
- * memfd once; tasks name offsets in it.
+ * memfd once; tasks name offsets in it (or, for CRIU's files, a path).
  */
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
@@ -13,7 +13,9 @@ export type CodecTask =
   | { id: number; op: 'compress'; offset: number; length: number; level: number }
   | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string }
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
-  | { id: number; op: 'digest'; offset: number; length: number; blockSize: number };
+  | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
+  | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
+  | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string };
 
 export interface CodecReply {
   id: number;
@@ -76,6 +78,18 @@ export class CodecPool {
   async digest(offset: number, length: number, blockSize: number): Promise<Buffer> {
     const r = await this.send(this.leastBusy(), { op: 'digest', offset, length, blockSize }, []);
     return Buffer.from(r.data!);
+  }
+
+  /** Bytes [offset, offset+length) of a file, compressed as one frame. */
+  async compressFile(path: string, offset: number, length: number, level: number): Promise<Uint8Array> {
+    faultPoint('compress');
+    const r = await this.send(this.leastBusy(), { op: 'compressFile', path, offset, length, level }, []);
+    return new Uint8Array(r.data!);
+  }
+
+  /** The frame at [srcOffset, +srcLength) of src, checked and written at dstOffset of dst, its zero pages left as holes. */
+  async decompressToFile(src: string, srcOffset: number, srcLength: number, dst: string, dstOffset: number, length: number, what: string): Promise<void> {
+    await this.send(this.leastBusy(), { op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what }, []);
   }
 
   async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string): Promise<void> {

@@ -4,6 +4,7 @@
  * are shared by every thread of the controller and by the shim), so raw pool
  * data never crosses a thread boundary by copy.
  */
+import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
@@ -46,15 +47,92 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
     case 'verify':
       decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length));
       return { reply: { id: task.id }, transfer: [] };
+    case 'compressFile': {
+      const out = compressFrame(readRange(task.path, task.offset, task.length, scratch(task.length)), task.level);
+      const copy = new Uint8Array(out.length);
+      copy.set(out);
+      return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
+    }
+    case 'decompressToFile': {
+      // Two buffers: the frame's compressed bytes, then its raw bytes.
+      const compressed = readRange(task.src, task.srcOffset, task.srcLength, scratchOf(compressedScratch, task.srcLength));
+      const raw = decompressFrame(compressed, task.length, task.what, scratch(task.length));
+      writeSparse(task.dst, task.dstOffset, raw);
+      return { reply: { id: task.id }, transfer: [] };
+    }
   }
 }
 
-/** Where verified frames are decompressed and dropped: one buffer per worker, grown as needed. */
-let scratchBuffer = new Uint8Array(0);
-function scratch(length: number): Uint8Array {
-  if (scratchBuffer.length < length) scratchBuffer = new Uint8Array(length);
-  return scratchBuffer.subarray(0, length);
+function readRange(path: string, offset: number, length: number, into: Uint8Array): Uint8Array {
+  const fd = openSync(path, 'r');
+  try {
+    let got = 0;
+    while (got < length) {
+      const n = readSync(fd, into, got, length - got, offset + got);
+      if (n === 0) throw new GpuckptError('IMAGE_TRUNCATED', `${path} ends at ${offset + got}, before ${offset + length}`);
+      got += n;
+    }
+    return into;
+  } finally {
+    closeSync(fd);
+  }
 }
+
+const PAGE = 4096;
+const ZERO_PAGE = new Uint8Array(PAGE);
+
+/**
+ * raw at offset of an existing file of its full size, copied through a
+ * shared mapping (writes to one file take its inode lock one at a time;
+ * page faults do not); runs of zero pages are not touched and stay holes.
+ */
+function writeSparse(path: string, offset: number, raw: Uint8Array): void {
+  const fd = openSync(path, 'r+');
+  let view: ArrayBuffer;
+  try {
+    const size = fstatSync(fd).size;
+    if (size % PAGE || offset % PAGE) return writeSparseByCalls(fd, offset, raw);
+    view = native().mapFiles([fd], size, size, offset, raw.length);
+  } finally {
+    closeSync(fd); // the mapping holds the file
+  }
+  try {
+    const out = new Uint8Array(view);
+    eachNonZeroRun(raw, (from, to) => out.set(raw.subarray(from, to), from));
+  } finally {
+    native().unmapFiles(view);
+  }
+}
+
+function writeSparseByCalls(fd: number, offset: number, raw: Uint8Array): void {
+  eachNonZeroRun(raw, (from, to) => {
+    for (let at = from; at < to; ) at += writeSync(fd, raw, at, to - at, offset + at);
+  });
+}
+
+/** Calls f(from, to) for each run of whole pages of raw that are not all zero. */
+function eachNonZeroRun(raw: Uint8Array, f: (from: number, to: number) => void): void {
+  let start = -1;
+  for (let p = 0; p < raw.length; p += PAGE) {
+    const page = raw.subarray(p, Math.min(p + PAGE, raw.length));
+    const zero = Buffer.compare(page, ZERO_PAGE.subarray(0, page.length)) === 0;
+    if (!zero && start < 0) start = p;
+    else if (zero && start >= 0) {
+      f(start, p);
+      start = -1;
+    }
+  }
+  if (start >= 0) f(start, raw.length);
+}
+
+/** Buffers of one worker, grown as needed: raw frames (verified and dropped, or read from a file), and compressed ones read from a file. */
+const rawScratch = { buffer: new Uint8Array(0) };
+const compressedScratch = { buffer: new Uint8Array(0) };
+function scratchOf(s: { buffer: Uint8Array }, length: number): Uint8Array {
+  if (s.buffer.length < length) s.buffer = new Uint8Array(length);
+  return s.buffer.subarray(0, length);
+}
+const scratch = (length: number) => scratchOf(rawScratch, length);
 
 function stagingView(offset: number, length: number): Uint8Array {
   if (!staging) throw new GpuckptError('INTERNAL', 'codec worker has no staging memory');

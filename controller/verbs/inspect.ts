@@ -5,6 +5,10 @@ import { openChain } from '../image/chain.js';
 import { ImageReader, type Manifest } from '../image/index.js';
 import { Progress } from '../base/progress.js';
 import { allFrames, verifyFrames } from '../engine/verify-frames.js';
+import { describePacked, verifyCriuPages, type PagesSummary } from '../engine/criu-pages.js';
+import { CRIU_DIR } from './process-image.js';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 
 export interface InspectReport {
   image: string;
@@ -14,6 +18,8 @@ export interface InspectReport {
   problem?: string;
   /** The parents an incremental image restores through, nearest first. */
   chain: { image: string; createdAt: string; rawBytes: bigint; storedBytes: bigint }[];
+  /** A whole-process image's CRIU pages, where compressed. */
+  criuPages?: Omit<PagesSummary, 'seconds'>;
 }
 
 export async function inspectImage(path: string, opts: { verify?: boolean; workers?: number; progress?: boolean } = {}): Promise<InspectReport> {
@@ -27,12 +33,23 @@ export async function inspectImage(path: string, opts: { verify?: boolean; worke
       if (!isGpuckptError(e, 'IMAGE_CHAIN_BROKEN')) throw e;
       report.problem = e.message;
     }
+    const criuDir = join(reader.path, CRIU_DIR);
+    const hasCriu = existsSync(criuDir);
+    if (hasCriu) {
+      try {
+        report.criuPages = describePacked(criuDir);
+      } catch (e) {
+        if (!isGpuckptError(e, 'IMAGE_DATA_CORRUPT') && !isGpuckptError(e, 'IMAGE_TRUNCATED')) throw e;
+        report.problem ??= e.message;
+      }
+    }
     report.chain = parents.map((p) => ({ image: p.path, createdAt: p.manifest.createdAt, rawBytes: p.manifest.data.rawBytes, storedBytes: p.manifest.data.storedBytes }));
     if (opts.verify === false || report.problem) return report;
     const codecs = new CodecPool(opts.workers);
     const progress = new Progress(opts.progress);
     try {
       await verifyFrames([reader, ...parents].flatMap(allFrames), codecs, progress, 'inspect');
+      if (hasCriu) await verifyCriuPages(criuDir, codecs);
       report.verified = true;
     } catch (e) {
       if (!isGpuckptError(e, 'IMAGE_DATA_CORRUPT') && !isGpuckptError(e, 'IMAGE_TRUNCATED')) throw e;

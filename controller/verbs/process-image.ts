@@ -6,12 +6,14 @@
  * untouched, when CRIU could not carry it), suspend every process of it
  * that runs CUDA under gpuckpt into a hidden working directory (its pool
  * image written, pool released, driver state to host memory), `criu dump`
- * the tree into its criu/, then rename it to the image's name: the image is
+ * the tree into its criu/, compress CRIU's pages there (criu-pages.ts),
+ * then rename it to the image's name: the image is
  * complete or absent. The first such process's pool image is the image's
  * own; the others go to members/PID/. With --leave-running the processes
  * are resumed from their pool images afterwards; a failing dump resumes
  * them too.
- * restore: check what CRIU will reopen (restore-plan.ts), `criu restore`,
+ * restore: check what CRIU will reopen (restore-plan.ts), unpack CRIU's
+ * pages into a scratch directory, `criu restore` from there,
  * then each member's resume path (driver restore, remapped to the target
  * GPU when asked; pool mapped at the same addresses and loaded; gate
  * opened), decompressed while CRIU ran. The image is read, never consumed.
@@ -22,13 +24,15 @@ import { criuDump, criuRestoreTree, findCriu } from '../adapters/criu.js';
 import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
 import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
-import type { Phases } from '../base/phase-clock.js';
+import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
 import { JobCut } from '../engine/collective-cut.js';
 import { planDump } from '../engine/dump-plan.js';
 import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
+import { CodecPool } from '../engine/codec-pool.js';
+import { packCriuPages, unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
 import { resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { PoolLoader } from '../engine/pool-loader.js';
@@ -40,7 +44,8 @@ import { ImageReader, removeStaleTempDirs } from '../image/index.js';
 import { osErrorText } from '../image/os-error.js';
 import { tempDirName } from '../image/temp-dirs.js';
 
-const CRIU_DIR = 'criu';
+/** CRIU's files in a whole-process image. */
+export const CRIU_DIR = 'criu';
 /** The pool images of a job's other CUDA processes, by PID. */
 const MEMBERS_DIR = 'members';
 
@@ -59,20 +64,24 @@ export interface ProcessCheckpointSummary {
   dumpSeconds: number;
   /** fsync of CRIU's files, after the dump (and after a --leave-running process runs again). */
   syncSeconds: number;
+  /** CRIU's pages as compressed after the dump (absent: kept as CRIU wrote them; notes say why). */
+  criuPages?: PagesSummary;
   seconds: number;
   /** --leave-running: from the application's pause until it ran again. */
   pauseSeconds?: number;
   /** --leave-running: the pool copied on its GPU for the pause ('gpu', gpu-snapshot.ts) or through host memory, and why. */
   route?: 'gpu' | 'host';
   whyThroughHost?: string;
-  /** Steps of a 'gpu' route's pause, in order. */
+  /** Steps of a 'gpu' route's pause, in order; of the host route, the whole command's. */
   phases?: Phases;
+  /** The host route: each member's suspend (its pool image written), by step. */
+  suspendPhases?: Phases[];
 }
 
 export async function checkpointProcess(
   pid: number,
   out: string,
-  opts: CheckpointOptions & { leaveRunning?: boolean; criu?: string; criuOpts?: string[] } = {},
+  opts: CheckpointOptions & { leaveRunning?: boolean; criu?: string; criuOpts?: string[]; rawCriuPages?: boolean } = {},
 ): Promise<ProcessCheckpointSummary> {
   const t0 = performance.now();
   const target = resolve(out);
@@ -97,12 +106,26 @@ export async function checkpointProcess(
     externalStdio: plan.externalStdio,
     ...(plan.restoreArgs.length ? { restoreArgs: plan.restoreArgs } : {}),
   };
+  const notes: string[] = [];
+  // Its workers start while CRIU dumps.
+  let packer: CodecPool | undefined;
+  const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
+    if (opts.rawCriuPages) return {};
+    try {
+      return { criuPages: await packCriuPages(join(work, CRIU_DIR), { level: opts.level, codecs: (packer ??= new CodecPool(opts.workers)) }) };
+    } catch (e) {
+      notes.push(`CRIU's pages kept as CRIU wrote them: ${(e as Error).message}`);
+      return {};
+    } finally {
+      await packer?.close();
+    }
+  };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
     image: target,
     pid,
     members: plan.members,
     criuVersion: criu.version,
-    notes: plan.notes,
+    notes: [...plan.notes, ...notes],
     ...s,
     seconds: round((performance.now() - t0) / 1000),
   });
@@ -116,6 +139,7 @@ export async function checkpointProcess(
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
+      const packed = await pack();
       const syncSeconds = await makeDurable(work, pid, true);
       await publishImage(work, target, !!opts.force);
       return summaryOf({
@@ -128,6 +152,7 @@ export async function checkpointProcess(
         pauseSeconds: left.pauseSeconds,
         route: 'gpu',
         phases: left.phases,
+        ...packed,
       });
     }
     whyThroughHost = left.whyNot;
@@ -137,6 +162,8 @@ export async function checkpointProcess(
   // Each member's pool image: the first at work, the others beside it
   // until CRIU has dumped the tree (then under work/members/).
   const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
+  const clock = new PhaseClock(t0);
+  clock.mark('checks');
   const suspendStart = performance.now();
   // The ranks at one collective boundary, their communicators torn down:
   // no peer's memory reaches the driver's checkpoint, no NCCL socket CRIU.
@@ -144,7 +171,9 @@ export async function checkpointProcess(
   let suspended: SuspendSummary[];
   try {
     await cut?.teardown();
+    clock.mark('cut');
     suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
+    clock.mark('suspend');
   } catch (e) {
     const why = await cut?.recover();
     cut?.close();
@@ -153,6 +182,7 @@ export async function checkpointProcess(
   // CRIU cannot dump a process connected to this controller.
   cut?.close();
   const d0 = performance.now();
+  if (!opts.rawCriuPages) packer = new CodecPool(opts.workers);
   try {
     mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
     criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
@@ -160,26 +190,40 @@ export async function checkpointProcess(
   } catch (e) {
     // The processes are still there (frozen): bring them back, then drop the
     // half image (kept if a process could not come back: it holds its data).
+    await packer?.close();
     const stays = await resumeAfterFailure(images);
     if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
     const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
     throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
   }
   const dumpSeconds = (performance.now() - d0) / 1000;
-  let resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
-  if (opts.leaveRunning && !resumeFailure && comms.length) {
-    const why = await rebuildJob(plan.members);
-    if (why) resumeFailure = new GpuckptError('NCCL_FAILED', `the job of process ${pid}: ${why}`);
-  }
-  const runsAgain = performance.now();
-  if (others.length) {
-    mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
-    for (const m of others) renameSync(images.get(m)!, join(work, MEMBERS_DIR, String(m)));
+  clock.mark('dump');
+  let resumeFailure: unknown;
+  let runsAgain: number;
+  try {
+    resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
+    if (opts.leaveRunning && !resumeFailure && comms.length) {
+      const why = await rebuildJob(plan.members);
+      if (why) resumeFailure = new GpuckptError('NCCL_FAILED', `the job of process ${pid}: ${why}`);
+    }
+    runsAgain = performance.now();
+    if (opts.leaveRunning) clock.mark('resume');
+    if (others.length) {
+      mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
+      for (const m of others) renameSync(images.get(m)!, join(work, MEMBERS_DIR, String(m)));
+    }
+  } catch (e) {
+    await packer?.close();
+    throw e;
   }
   // CRIU leaves its files to the page cache; the pool images are durable
   // already, and the image is published only once CRIU's part is too.
+  const packed = await pack();
+  clock.mark('pack');
   const syncSeconds = await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
+  clock.mark('sync');
   await publishImage(work, target, !!opts.force);
+  clock.mark('publish');
   if (resumeFailure) throw resumeFailure;
   const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
   return summaryOf({
@@ -189,6 +233,9 @@ export async function checkpointProcess(
     gpuFreeSeconds: Math.max(...suspended.map((s) => s.gpuFreeSeconds)),
     dumpSeconds: round(dumpSeconds),
     syncSeconds: round(syncSeconds),
+    ...packed,
+    phases: clock.phases,
+    suspendPhases: suspended.map((s) => s.phases),
     ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - pauseStart, 4), route: 'host' as const, whyThroughHost } : {}),
   });
 }
@@ -219,6 +266,8 @@ export interface ProcessRestoreSummary {
   /** The processes whose pools were loaded, the image's own first. */
   members: number[];
   criuSeconds: number;
+  /** CRIU's pages unpacked for it, before it started (absent: stored raw). */
+  criuPages?: PagesSummary;
   /** Decompressing the pool images into staging, while CRIU ran. */
   loadSeconds: number;
   /** The first member's resume; the others' in others. */
@@ -230,6 +279,8 @@ export interface ProcessRestoreSummary {
   seconds: number;
   /** Freeing the staging memory afterwards (the application is already running). */
   cleanupSeconds: number;
+  /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
+  phases: Phases;
   /** Without --detach: the application's exit status once it ends. */
   exitCode?: number | null;
   signal?: string | null;
@@ -247,6 +298,7 @@ export async function restoreProcess(
   // Closed here until the loader takes them.
   let parents: ImageReader[] | undefined;
   let fds: RestoreFds | undefined;
+  let scratch: Promise<CriuScratch> | undefined;
   try {
     const chain = await openChain(reader);
     parents = chain.parents;
@@ -255,6 +307,10 @@ export async function restoreProcess(
       throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
     const criu = findCriu(opts.criu);
     const info = readProcessInfo(dir);
+    // CRIU's pages are unpacked while the checks run (they touch nothing but
+    // a scratch directory); the pool images wait for every core until then.
+    scratch = unpackCriuDir(dir, { workers: opts.workers });
+    scratch.catch(() => undefined); // awaited below, or cleaned up in finally
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
@@ -265,14 +321,19 @@ export async function restoreProcess(
       checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
     });
     fds = restoreFds(dir, info);
+    const clock = new PhaseClock(t0);
+    clock.mark('checks');
 
-    // The pool images are decompressed while CRIU brings the processes back:
-    // neither waits for the other.
+    // The pool images are decompressed while CRIU brings the processes back.
+    const unpacked = await scratch;
+    clock.mark('unpack');
     parents = undefined; // the first loader's now
     for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
-    const restored = await criuRestoreTree(criu, dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
+    const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
     fds.close();
+    unpacked.cleanup(); // CRIU has read it
     const criuSeconds = (performance.now() - t0) / 1000;
+    clock.mark('criu');
     try {
       await Promise.all(loaders.map((l) => l.whenReady()));
     } catch (e) {
@@ -281,6 +342,7 @@ export async function restoreProcess(
       killProcess(info.pid);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`, { exitStatus: EXIT_FAILURE });
     }
+    clock.mark('load');
     const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
     const failed = resumed.findIndex((r) => r.status === 'rejected');
     if (failed >= 0) {
@@ -288,7 +350,9 @@ export async function restoreProcess(
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
     }
     const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
+    clock.mark('resume');
     const nccl = await rebuildJob(members);
+    clock.mark('nccl');
     if (nccl) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${nccl}`);
     const seconds = (performance.now() - t0) / 1000;
     const c0 = performance.now();
@@ -299,12 +363,14 @@ export async function restoreProcess(
       pid: info.pid,
       members,
       criuSeconds: round(criuSeconds),
+      ...(unpacked.pages ? { criuPages: unpacked.pages } : {}),
       loadSeconds: round(loadSeconds),
       resume,
       ...(others.length ? { others } : {}),
       ...(fds.appended.length ? { appended: fds.appended } : {}),
       seconds: round(seconds),
       cleanupSeconds: round((performance.now() - c0) / 1000),
+      phases: clock.phases,
     };
     if (!opts.detach) {
       const end = await waitAsForeground(restored.done, info.pid);
@@ -314,6 +380,7 @@ export async function restoreProcess(
     return summary;
   } finally {
     fds?.close();
+    await scratch?.then((s) => s.cleanup(), () => undefined);
     await Promise.all((parents ?? []).map((p) => p.close()));
     await Promise.all(loaders.map((l) => l.close()));
     await Promise.all(readers.map((r) => r.close()));

@@ -19,6 +19,7 @@ namespace gpuckpt {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Session", Session::Init(env));
   exports.Set("mapFiles", Napi::Function::New(env, MapFiles, "mapFiles"));
+  exports.Set("unmapFiles", Napi::Function::New(env, UnmapFiles, "unmapFiles"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("createMemfd", Napi::Function::New(env, CreateMemfd, "createMemfd"));
   exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));

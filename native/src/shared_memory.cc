@@ -9,16 +9,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace gpuckpt {
 
 namespace {
 
 struct Mapping {
-  void* base;
+  void* base;  // null once unmapFiles unmapped it
   size_t size;
 };
+
+// Mappings by address, for unmapFiles; workers map and unmap on their own threads.
+std::mutex mappings_lock;
+std::unordered_map<void*, Mapping*> mappings;
 
 // Type tag: an ArrayBuffer is only unmapped by the finalizer that made it.
 const napi_type_tag kMappingTag = {0x6770636b70743031ULL, 0x6d617070696e6721ULL};
@@ -67,12 +73,48 @@ Napi::Value MapFiles(const Napi::CallbackInfo& info) {
     at += n;
   }
   auto* m = new Mapping{base, span};
-  auto buf = Napi::ArrayBuffer::New(env, base, length, [](Napi::Env, void*, Mapping* m) {
-    munmap(m->base, m->size);
+  {
+    std::lock_guard<std::mutex> g(mappings_lock);
+    mappings[base] = m;
+  }
+  auto buf = Napi::ArrayBuffer::New(env, base, length, [](Napi::Env, void* data, Mapping* m) {
+    {
+      std::lock_guard<std::mutex> g(mappings_lock);
+      if (m->base) mappings.erase(data);
+    }
+    if (m->base) munmap(m->base, m->size);
     delete m;
   }, m);
   buf.TypeTag(&kMappingTag);
   return buf;
+}
+
+// unmapFiles(buffer): unmaps what mapFiles mapped now, not at a garbage
+// collection that may never come (a mapping keeps unlinked files' memory),
+// and detaches the buffer so that nothing reads through it again.
+Napi::Value UnmapFiles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArrayBuffer() || !info[0].As<Napi::ArrayBuffer>().CheckTypeTag(&kMappingTag)) {
+    ErrnoError(env, "unmapFiles", EINVAL).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Napi::ArrayBuffer buf = info[0].As<Napi::ArrayBuffer>();
+  void* data = buf.Data();
+  Mapping* m = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mappings_lock);
+    auto it = mappings.find(data);
+    if (it != mappings.end()) {
+      m = it->second;
+      mappings.erase(it);
+    }
+  }
+  if (m) {
+    munmap(m->base, m->size);
+    m->base = nullptr;  // the finalizer, at detach or later, only frees m
+  }
+  buf.Detach();
+  return env.Undefined();
 }
 
 Napi::Value CloseFd(const Napi::CallbackInfo& info) {

@@ -1,0 +1,255 @@
+/**
+ * CRIU's page images (pages-N.img: most of a whole-process image, half of
+ * it zero pages on a PyTorch job) kept as zstd frames: packed after the
+ * dump; checked and unpacked before a restore into a scratch directory
+ * that CRIU reads, where zero pages stay holes. The image itself is never
+ * written by a restore.
+ */
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, statfsSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { GpuckptError } from '../base/errors.js';
+import { round } from '../base/units.js';
+import { ownRunDir } from '../adapters/run-dir.js';
+import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
+import { osErrorText } from '../image/os-error.js';
+import { CodecPool } from './codec-pool.js';
+
+/** Beside the packed files in CRIU's directory: what they hold. */
+export const PACKED_INDEX = 'gpuckpt-pages.json';
+const FORMAT = 'gpuckpt-criu-pages/1';
+const FRAME_BYTES = 4 << 20;
+const PACKED = '.zst';
+const PAGES = /^pages-\d+\.img$/;
+
+interface PackedFile {
+  /** CRIU's name for it; stored as name + '.zst'. */
+  name: string;
+  rawBytes: number;
+  /** Compressed length of each frame, in order; frame k holds raw bytes [k*frameBytes, ...). */
+  frames: number[];
+}
+
+interface PackedIndex {
+  format: string;
+  frameBytes: number;
+  files: PackedFile[];
+}
+
+export interface PagesSummary {
+  files: number;
+  rawBytes: number;
+  storedBytes: number;
+  seconds: number;
+}
+
+/**
+ * Packs every pages-N.img of dir into pages-N.img.zst and removes the raw
+ * one (never synced: its page cache is dropped unwritten). On a failure
+ * the raw files stay as CRIU wrote them, which restore takes as they are.
+ */
+export async function packCriuPages(dir: string, opts: { level?: number; workers?: number; codecs?: CodecPool } = {}): Promise<PagesSummary> {
+  const t0 = performance.now();
+  const files = readdirSync(dir)
+    .filter((n) => PAGES.test(n))
+    .map((name) => ({ name, rawBytes: statSync(join(dir, name)).size, frames: [] as number[] }));
+  const frames = files.flatMap((f, i) => Array.from({ length: Math.ceil(f.rawBytes / FRAME_BYTES) }, (_, k) => ({ file: i, offset: k * FRAME_BYTES, length: Math.min(FRAME_BYTES, f.rawBytes - k * FRAME_BYTES) })));
+  const codecs = opts.codecs ?? new CodecPool(opts.workers);
+  const fds = new Map<number, { fd: number; at: number }>();
+  try {
+    // Compressed in parallel, a window of frames ahead; written in order.
+    const window = 2 * codecs.size;
+    const results: Promise<Uint8Array>[] = [];
+    const launch = (i: number) => {
+      const f = frames[i];
+      if (!f) return;
+      results[i] = codecs.compressFile(join(dir, files[f.file]!.name), f.offset, f.length, opts.level ?? 1);
+      results[i]!.catch(() => undefined); // awaited in order below
+    };
+    for (let i = 0; i < Math.min(window, frames.length); i++) launch(i);
+    for (const f of files) if (!f.rawBytes) fds.set(files.indexOf(f), { fd: openSync(join(dir, f.name + PACKED), 'w', 0o600), at: 0 });
+    for (const [i, f] of frames.entries()) {
+      const out = await results[i]!;
+      launch(i + window);
+      delete results[i];
+      let w = fds.get(f.file);
+      if (!w) fds.set(f.file, (w = { fd: openSync(join(dir, files[f.file]!.name + PACKED), 'w', 0o600), at: 0 }));
+      for (let done = 0; done < out.length; ) done += writeSync(w.fd, out, done, out.length - done, w.at + done);
+      w.at += out.length;
+      files[f.file]!.frames.push(out.length);
+    }
+    for (const w of fds.values()) closeSync(w.fd);
+    fds.clear();
+    writeFileSync(join(dir, PACKED_INDEX), JSON.stringify({ format: FORMAT, frameBytes: FRAME_BYTES, files } satisfies PackedIndex), { mode: 0o600 });
+  } catch (e) {
+    for (const w of fds.values()) closeSync(w.fd);
+    for (const f of files) rmSync(join(dir, f.name + PACKED), { force: true });
+    rmSync(join(dir, PACKED_INDEX), { force: true });
+    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot compress CRIU's pages: ${osErrorText(e)}`, { cause: e });
+  } finally {
+    if (!opts.codecs) await codecs.close();
+  }
+  for (const f of files) unlinkSync(join(dir, f.name));
+  return summaryOf(files, t0);
+}
+
+function summaryOf(files: PackedFile[], t0: number): PagesSummary {
+  return {
+    files: files.length,
+    rawBytes: files.reduce((n, f) => n + f.rawBytes, 0),
+    storedBytes: files.reduce((n, f) => n + f.frames.reduce((a, b) => a + b, 0), 0),
+    seconds: round((performance.now() - t0) / 1000),
+  };
+}
+
+/** The index of dir's packed pages, checked against the files it names; undefined when CRIU's pages are raw. */
+export function readPackedIndex(dir: string): PackedIndex | undefined {
+  const path = join(dir, PACKED_INDEX);
+  if (!existsSync(path)) return undefined;
+  const corrupt = (why: string) => new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${path}: ${why}`);
+  let index: PackedIndex;
+  try {
+    index = JSON.parse(readFileSync(path, 'utf8')) as PackedIndex;
+  } catch (e) {
+    throw corrupt(`not JSON (${(e as Error).message})`);
+  }
+  if (index?.format !== FORMAT) throw corrupt(`format ${JSON.stringify(index?.format)}, expected ${FORMAT}`);
+  if (!Number.isSafeInteger(index.frameBytes) || index.frameBytes <= 0 || index.frameBytes > 64 << 20 || !Array.isArray(index.files)) throw corrupt('bad frame size or file list');
+  for (const f of index.files) {
+    if (typeof f?.name !== 'string' || !PAGES.test(f.name) || !Number.isSafeInteger(f.rawBytes) || f.rawBytes < 0 || !Array.isArray(f.frames)) throw corrupt('bad file entry');
+    if (f.frames.length !== Math.ceil(f.rawBytes / index.frameBytes)) throw corrupt(`${f.name}: ${f.frames.length} frames for ${f.rawBytes} bytes`);
+    if (!f.frames.every((n) => Number.isSafeInteger(n) && n > 0)) throw corrupt(`${f.name}: bad frame length`);
+    const stored = join(dir, f.name + PACKED);
+    const size = existsSync(stored) ? statSync(stored).size : -1;
+    const expected = f.frames.reduce((a, b) => a + b, 0);
+    if (size !== expected) throw new GpuckptError('IMAGE_TRUNCATED', `image is truncated: ${stored} holds ${size < 0 ? 'nothing' : `${size} bytes`}, ${expected} expected`);
+  }
+  return index;
+}
+
+/** What dir's packed pages hold (inspect); undefined when CRIU's pages are raw or absent. */
+export function describePacked(dir: string): Omit<PagesSummary, 'seconds'> | undefined {
+  const index = readPackedIndex(dir);
+  if (!index) return undefined;
+  const { seconds: _, ...rest } = summaryOf(index.files, performance.now());
+  return rest;
+}
+
+/** Every frame of index in order: the file, where it lies, what it holds. */
+function framesOf(dir: string, index: PackedIndex) {
+  return index.files.flatMap((f) => {
+    let at = 0;
+    return f.frames.map((length, k) => {
+      const frame = { src: join(dir, f.name + PACKED), srcOffset: at, srcLength: length, name: f.name, dstOffset: k * index.frameBytes, rawLength: Math.min(index.frameBytes, f.rawBytes - k * index.frameBytes), what: `${f.name}${PACKED} frame ${k}` };
+      at += length;
+      return frame;
+    });
+  });
+}
+
+/** Runs task on each item, at most n at once; the first failure stops the rest and is thrown. */
+async function eachAtOnce<T>(items: T[], n: number, task: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed: unknown;
+  const lane = async () => {
+    while (next < items.length && failed === undefined) {
+      try {
+        await task(items[next++]!);
+      } catch (e) {
+        failed ??= e;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, n) }, lane));
+  if (failed !== undefined) throw failed;
+}
+
+/** Proves every packed frame of dir intact (gpuckpt inspect); nothing when CRIU's pages are raw. */
+export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<void> {
+  const index = readPackedIndex(dir);
+  if (!index) return;
+  await eachAtOnce(framesOf(dir, index), 2 * codecs.size, async (f) => {
+    const buf = Buffer.allocUnsafe(f.srcLength);
+    const fd = openSync(f.src, 'r');
+    try {
+      for (let got = 0; got < f.srcLength; ) {
+        const n = readSync(fd, buf, got, f.srcLength - got, f.srcOffset + got);
+        if (!n) throw new GpuckptError('IMAGE_TRUNCATED', `image is truncated: ${f.src} ends inside ${f.what}`);
+        got += n;
+      }
+    } finally {
+      closeSync(fd);
+    }
+    await codecs.verify(buf, f.rawLength, f.what);
+  });
+}
+
+/** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup(). */
+export interface CriuScratch {
+  dir: string;
+  pages?: PagesSummary;
+  cleanup(): void;
+}
+
+/**
+ * Unpacks dir (CRIU's part of image) for a restore: into /dev/shm when it
+ * has room (CRIU reads it at memory speed and nothing reaches a disk), else
+ * the run directory, else beside the image. Every frame is checked first by
+ * zstd: a damaged image is refused before any process runs.
+ */
+export async function unpackCriuDir(dir: string, opts: { workers?: number } = {}): Promise<CriuScratch> {
+  const t0 = performance.now();
+  const index = readPackedIndex(dir);
+  const rawBytes = index ? index.files.reduce((n, f) => n + f.rawBytes, 0) : 0;
+  const scratch = await makeScratch(rawBytes, dirname(dir));
+  const cleanup = () => rmSync(scratch, { recursive: true, force: true });
+  try {
+    const packed = new Set(index?.files.map((f) => f.name + PACKED));
+    for (const name of readdirSync(dir)) if (name !== PACKED_INDEX && !packed.has(name)) symlinkSync(join(dir, name), join(scratch, name));
+    if (!index) return { dir: scratch, cleanup };
+    for (const f of index.files) {
+      const fd = openSync(join(scratch, f.name), 'wx', 0o600);
+      try {
+        ftruncateSync(fd, f.rawBytes);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    const codecs = new CodecPool(opts.workers);
+    try {
+      // Every frame queued at once: the workers go on while the event loop
+      // is busy with the restore's checks.
+      const done = framesOf(dir, index).map((f) => codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), f.dstOffset, f.rawLength, f.what));
+      for (const d of done) d.catch(() => undefined);
+      await Promise.all(done);
+    } finally {
+      await codecs.close();
+    }
+    return { dir: scratch, pages: summaryOf(index.files, t0), cleanup };
+  } catch (e) {
+    cleanup();
+    throw e;
+  }
+}
+
+/** A fresh scratch directory where bytes fit, stale ones of dead restores removed first. */
+async function makeScratch(bytes: number, beside: string): Promise<string> {
+  const margin = 256 << 20;
+  const tried: string[] = [];
+  for (const parent of ['/dev/shm', ownRunDir(), beside]) {
+    try {
+      mkdirSync(parent, { recursive: true, mode: 0o700 });
+      await removeStaleTempDirs(parent);
+      const fs = statfsSync(parent);
+      if (fs.bavail * fs.bsize < bytes + margin) {
+        tried.push(`${parent}: ${fs.bavail * fs.bsize} bytes free`);
+        continue;
+      }
+      const dir = join(parent, tempDirName('criu-restore'));
+      mkdirSync(dir, { mode: 0o700 });
+      return dir;
+    } catch (e) {
+      tried.push(`${parent}: ${osErrorText(e)}`);
+    }
+  }
+  throw new GpuckptError('HOST_MEMORY', `no room to unpack CRIU's ${bytes} bytes of pages for the restore (${tried.join('; ')}); nothing was restored`);
+}
