@@ -196,30 +196,46 @@ function phaseLine(r, prefix, what, note = '') {
  */
 function ddpTable(r) {
   const { g, s, gb } = cells(r);
-  const x = (a, b) => `${(g(a).median / g(b).median).toFixed(2)}×`;
+  const has = (k) => !!r.metrics[k];
+  const cell = (k, unit = 's') => (has(k) ? (unit === 'GB' ? gb(k) : s(k)) : '—');
+  const x = (a, b) => (has(a) && has(b) ? `${(g(a).median / g(b).median).toFixed(2)}×` : '');
   const within = (a, b) => (g(a).median <= 1.2 * g(b).median ? '≤ 1.2× one rank: met' : '≤ 1.2× one rank: **missed**');
-  return [
+  const row = (label, k, target = '—', bold = false) => `| ${label} | ${bold ? `**${cell(`job_${k}`)}**` : cell(`job_${k}`)} | ${cell(`rank_${k}`)} | ${cell(`single_${k}`)} | ${x(`job_${k}`, `rank_${k}`)} | ${target} |`;
+  const bytes = (label, k) => `| ${label} | ${cell(`job_${k}`, 'GB')} | ${cell(`rank_${k}`, 'GB')} | ${cell(`single_${k}`, 'GB')} | ${x(`job_${k}`, `rank_${k}`)} | — |`;
+  const phases = (what) => [...new Set(Object.keys(r.metrics).filter((k) => k.startsWith(`job_${what}_`)).map((k) => k.slice(`job_${what}_`.length, -2)))];
+  const out = [
     `## ${r.workload}`,
     '',
     hostLine(r),
     '',
     '| | 2-rank job | one rank alone | one process, same memory | job ÷ one rank | target |',
     '| --- | --- | --- | --- | --- | --- |',
-    `| checkpoint, whole job (job gone, image durable) | **${s('job_ckpt_s')}** | ${s('rank_ckpt_s')} | ${s('single_ckpt_s')} | ${x('job_ckpt_s', 'rank_ckpt_s')} | ${within('job_ckpt_s', 'rank_ckpt_s')} |`,
-    `| … GPUs free after | ${s('job_ckpt_gpu_free_s')} | ${s('rank_ckpt_gpu_free_s')} | ${s('single_ckpt_gpu_free_s')} | ${x('job_ckpt_gpu_free_s', 'rank_ckpt_gpu_free_s')} | — |`,
-    `| … CRIU dump | ${s('job_ckpt_dump_s')} | ${s('rank_ckpt_dump_s')} | ${s('single_ckpt_dump_s')} | | — |`,
-    `| restore, whole job | **${s('job_restore_s')}** | ${s('rank_restore_s')} | ${s('single_restore_s')} | ${x('job_restore_s', 'rank_restore_s')} | ${within('job_restore_s', 'rank_restore_s')} |`,
-    `| … CRIU restore (and the image checks) | ${s('job_restore_criu_s')} | ${s('rank_restore_criu_s')} | ${s('single_restore_criu_s')} | | — |`,
-    `| pool (raw) | ${gb('job_pool_bytes')} | ${gb('rank_pool_bytes')} | ${gb('single_pool_bytes')} | | — |`,
-    `| image on disk | ${gb('job_image_bytes')} | ${gb('rank_image_bytes')} | ${gb('single_image_bytes')} | ${x('job_image_bytes', 'rank_image_bytes')} | — |`,
-    `| suspend: GPUs free | **${s('job_suspend_gpu_free_s')}** | ${s('rank_suspend_gpu_free_s')} | ${s('single_suspend_gpu_free_s')} | ${x('job_suspend_gpu_free_s', 'rank_suspend_gpu_free_s')} | — |`,
-    `| resume (communicators made again) | **${s('job_resume_s')}** | ${s('rank_resume_s')} | ${s('single_resume_s')} | ${x('job_resume_s', 'rank_resume_s')} | — |`,
-    `| checkpoint --gpu-only: pause (the cut, then the slowest pool's copy) | **${s('job_gpu_only_pause_s')}** | ${s('rank_gpu_only_pause_s')} | ${s('single_gpu_only_pause_s')} | ${x('job_gpu_only_pause_s', 'rank_gpu_only_pause_s')} | — |`,
-    `| checkpoint --gpu-only: image durable | ${s('job_gpu_only_s')} | ${s('rank_gpu_only_s')} | ${s('single_gpu_only_s')} | | — |`,
+    row('checkpoint, whole job (job gone, image durable)', 'ckpt_s', within('job_ckpt_s', 'rank_ckpt_s'), true),
+    ...phases('ckpt_phase').map((p) => row(`… ${p}`, `ckpt_phase_${p}_s`)),
+    ...phases('ckpt_suspend').map((p) => row(`… … suspend, the slowest member's ${p}`, `ckpt_suspend_${p}_s`)),
+    row('… GPUs free after', 'ckpt_gpu_free_s'),
+    row('restore, whole job (page cache warm)', 'restore_s', within('job_restore_s', 'rank_restore_s'), true),
+    ...phases('restore_phase').map((p) => row(`… ${p}`, `restore_phase_${p}_s`)),
+    ...(has('job_cold_restore_s') ? [row('restore, the image dropped from the page cache first', 'cold_restore_s')] : []),
+    bytes('pool (raw)', 'pool_bytes'),
+    bytes('image on disk', 'image_bytes'),
+    ...(has('job_raw_ckpt_s')
+      ? [
+          row("with CRIU's pages raw (--raw-criu-pages): checkpoint", 'raw_ckpt_s'),
+          row('… restore (page cache warm)', 'raw_restore_s'),
+          ...(has('job_raw_cold_restore_s') ? [row('… restore, dropped from the page cache', 'raw_cold_restore_s')] : []),
+          bytes('… image on disk', 'raw_image_bytes'),
+        ]
+      : []),
+    row('suspend: GPUs free', 'suspend_gpu_free_s', '—', true),
+    row('resume (communicators made again)', 'resume_s', '—', true),
+    row("checkpoint --gpu-only: pause (the cut, then the slowest pool's copy)", 'gpu_only_pause_s', '—', true),
+    row('checkpoint --gpu-only: image durable', 'gpu_only_s'),
     '',
     `The anchor (driver API + CRIU) on the running 2-rank job, same run: ${r.anchor}.`,
     '',
-  ].join('\n');
+  ];
+  return out.join('\n');
 }
 
 function table(name, r) {

@@ -14,6 +14,10 @@
 //                         job training on: one rank alone (suspend, migrate,
 //                         checkpoint); a job whose communicator has a rank in
 //                         another job (two `gpuckpt run`s of one rank each).
+//   distributed/killed    the controller SIGKILLed at points of a job's
+//                         suspend and checkpoint --gpu-only: every rank runs
+//                         on, or `gpuckpt resume JOB` brings the job back; the
+//                         losses stay bit identical to an uninterrupted run.
 //   distributed/bench     (GPU_TEST_DDP_BENCH=1, or npm run bench): the job's
 //                         times beside one rank alone and beside a single
 //                         process of the same total memory, GPU_TEST_DDP_RUNS
@@ -24,7 +28,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 
 export async function runDistributed(h) {
   const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, measure, tmpRoot, gpuUuids, gpuMemoryOf, gpuInfo, say, running, endPids } = h;
@@ -216,12 +220,60 @@ export async function runDistributed(h) {
     return `refused in one line, nothing touched, the job trained on: ${refusals.map((l) => `"${l.slice(9, 110)}…"`).join('; ')}`;
   });
 
+  await test('distributed/killed', async () => {
+    const no = why();
+    if (no) throw new Skip(no);
+    const steps = 80;
+    const want = reference(steps);
+    want.catch(() => undefined);
+    const dir = fs.mkdtempSync(path.join(tmpRoot, 'ddp-killed-'));
+    const rounds = [];
+    try {
+      const job = startJob(dir, 'ddp', torchrun, { ...ENV, DDP_OUT: dir, DDP_STEPS: String(steps), DDP_STEP_SLEEP: '0.1' }); // the reference's buffer size
+      await untilStep(dir, 3, 'start');
+      for (const r of ranksOf(job)) started.add(r);
+      // Killed at points spread over the command (node's own start takes about 0.3 s of it).
+      for (const [i, ms] of [250, 450, 650, 900, 1200, 1600].entries()) {
+        const verb = i % 2 ? ['checkpoint', 'ddp', '--gpu-only', '-o', path.join(dir, `K${i}`)] : ['suspend', 'ddp'];
+        const child = spawn(GPUCKPT, verb, { stdio: 'ignore', env: { ...process.env, ...ENV } });
+        const exited = new Promise((res) => child.on('exit', res));
+        await sleep(ms);
+        child.kill('SIGKILL'); // by PID: the controller this test started
+        await exited;
+        const rows = (await cliJson(['ps', '--json'])).filter((r) => r.job?.launcher === job);
+        const held = rows.some((r) => r.poolState === 'suspended' || r.nccl?.some((c) => c.down));
+        const r = await runCli(['resume', 'ddp'], 300_000);
+        if (r.code !== 0 && (held || !/is not suspended/.test(r.stderr))) throw failure(`${verb[0]} killed after ${ms} ms (${held ? 'job held' : 'job not held'}): resume: ${r.stderr.trim()}`);
+        rounds.push(`${verb[0]} killed after ${ms} ms: ${held ? 'resumed' : 'ran on'}`);
+        await untilStep(dir, lines(dir, 0).length + 2, `after ${verb[0]} killed after ${ms} ms`);
+      }
+      await untilGone(job, 'the job', 600_000);
+      const got = [lines(dir, 0), lines(dir, 1)];
+      const ref = await want;
+      for (const rank of [0, 1]) {
+        const diff = ref[rank].findIndex((x, i) => got[rank][i] !== x);
+        if (diff >= 0 || got[rank].length !== ref[rank].length) throw failure(`rank ${rank} step ${diff}: ${got[rank][diff]} vs ${ref[rank][diff]} uninterrupted (${rounds.join('; ')})`);
+      }
+    } finally {
+      endAll();
+    }
+    return `the controller killed ${rounds.length} times, every rank ran on or was resumed, ${steps} steps bit-identical to an uninterrupted run: ${rounds.join('; ')}`;
+  });
+
   // ------------------------------------------------------------ benchmark --
 
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
 
   /** One shape (nproc ranks of gib GiB buffers each) through each verb, runs times; metrics under prefix. */
+  // GPU_TEST_DDP_CYCLES: which whole-job checkpoint-and-restore cycles each run makes (zstd first, always).
+  const cycles = [{}, ...(process.env.GPU_TEST_DDP_CYCLES ?? '').split(',').filter(Boolean).map((c) => ({ raw: c.includes('raw'), cold: c.includes('cold') }))];
+  /** Drops an image's files from the page cache (GNU dd, iflag=nocache): a restore that reads them from the disk. */
+  const dropFromCache = (dir) => {
+    for (const f of fs.readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()))
+      spawnSync('dd', [`if=${path.join(f.parentPath ?? f.path, f.name)}`, 'iflag=nocache', 'count=0', 'status=none']);
+  };
+
   async function benchShape(prefix, nproc, gib, runs, add) {
     const dir = fs.mkdtempSync(path.join(tmpRoot, `bench-${prefix}-`));
     const args = ['torchrun', '--standalone', `--nproc_per_node=${nproc}`, SCRIPT];
@@ -240,20 +292,39 @@ export async function runDistributed(h) {
         const r = await cliJson(['resume', String(job), '--json'], 600_000);
         add(`${prefix}_resume_s`, r.seconds);
         await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
-        const c = await cliJson(['checkpoint', String(job), '-o', path.join(dir, 'C'), '--json'], 600_000);
-        await untilGone(job, `${prefix}: after checkpoint`, 60_000);
-        add(`${prefix}_ckpt_s`, c.seconds);
-        add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);
-        add(`${prefix}_ckpt_dump_s`, c.dumpSeconds);
-        add(`${prefix}_image_bytes`, du(path.join(dir, 'C')));
-        add(`${prefix}_pool_bytes`, c.rawBytes);
-        const t0 = performance.now();
-        const rs = await cliJson(['restore', path.join(dir, 'C'), '--detach', '--json'], 600_000);
-        add(`${prefix}_restore_s`, (performance.now() - t0) / 1000);
-        add(`${prefix}_restore_criu_s`, rs.criuSeconds);
-        fs.rmSync(path.join(dir, 'C'), { recursive: true, force: true });
-        await untilStep(dir, n() + 2, `${prefix}: after restore`, 120_000, nproc);
-        say(`# ${prefix} run ${i + 1}: gpu-only pause ${g.pauseSeconds} s, suspend ${s.gpuFreeSeconds} s, resume ${r.seconds} s, checkpoint ${c.seconds} s, restore ${((performance.now() - t0) / 1000).toFixed(2)} s`);
+        let c, restoreSeconds;
+        for (const cycle of cycles) {
+          // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first).
+          const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}`;
+          const C = path.join(dir, 'C');
+          const ck = await cliJson(['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], 600_000);
+          await untilGone(job, `${tag}: after checkpoint`, 60_000);
+          add(`${tag}_ckpt_s`, ck.seconds);
+          add(`${tag}_image_bytes`, du(C));
+          if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));
+          if (cycle.cold) dropFromCache(C);
+          const t0 = performance.now();
+          const rs = await cliJson(['restore', C, '--detach', '--json'], 600_000);
+          add(`${tag}_restore_s`, (performance.now() - t0) / 1000);
+          fs.rmSync(C, { recursive: true, force: true });
+          await untilStep(dir, n() + 2, `${tag}: after restore`, 120_000, nproc);
+          if (cycle.raw || cycle.cold) continue;
+          c = ck;
+          restoreSeconds = (performance.now() - t0) / 1000;
+          add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);
+          add(`${prefix}_ckpt_dump_s`, c.dumpSeconds);
+          add(`${prefix}_pool_bytes`, c.rawBytes);
+          add(`${prefix}_ckpt_sync_s`, c.syncSeconds);
+          add(`${prefix}_ckpt_pages_s`, c.criuPages?.seconds ?? 0);
+          add(`${prefix}_ckpt_pages_stored_bytes`, c.criuPages?.storedBytes ?? 0);
+          add(`${prefix}_restore_criu_s`, rs.criuSeconds);
+          add(`${prefix}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
+          for (const [k, v] of Object.entries(c.phases ?? {})) add(`${prefix}_ckpt_phase_${k}_s`, v);
+          for (const [k, v] of Object.entries(rs.phases ?? {})) add(`${prefix}_restore_phase_${k}_s`, v);
+          // The slowest member's suspend, step by step.
+          for (const k of new Set((c.suspendPhases ?? []).flatMap(Object.keys))) add(`${prefix}_ckpt_suspend_${k}_s`, Math.max(...c.suspendPhases.map((p) => p[k] ?? 0)));
+        }
+        say(`# ${prefix} run ${i + 1}: gpu-only pause ${g.pauseSeconds} s, suspend ${s.gpuFreeSeconds} s, resume ${r.seconds} s, checkpoint ${c.seconds} s, restore ${restoreSeconds.toFixed(2)} s`);
       }
       return job;
     } catch (e) {
@@ -290,16 +361,19 @@ export async function runDistributed(h) {
     const gib = Number(process.env.GPU_TEST_DDP_GIB ?? 4);
     const m = {};
     const add = (k, v) => (m[k] ??= []).push(v);
+    const shapes = (process.env.GPU_TEST_DDP_SHAPES ?? 'job,rank,single').split(',');
     let anchor = 'not tried';
     try {
-      const job = await benchShape('job', 2, gib, runs, add);
-      anchor = anchorOn(job);
-      say(`# anchor on the 2-rank job: ${anchor}`);
-      endAll();
-      await benchShape('rank', 1, gib, runs, add);
+      if (shapes.includes('job')) {
+        const job = await benchShape('job', 2, gib, runs, add);
+        anchor = anchorOn(job);
+        say(`# anchor on the 2-rank job: ${anchor}`);
+        endAll();
+      }
+      if (shapes.includes('rank')) await benchShape('rank', 1, gib, runs, add);
       endAll();
       // One process of the job's total memory: its buffer takes the second rank's pool too.
-      await benchShape('single', 1, 2 * gib + 1, runs, add);
+      if (shapes.includes('single')) await benchShape('single', 1, 2 * gib + 1, runs, add);
     } finally {
       endAll();
     }
@@ -314,14 +388,14 @@ export async function runDistributed(h) {
       cpus: (await import('node:os')).cpus().length,
       hostMemGiB: Math.round((await import('node:os')).totalmem() / 2 ** 30),
       date: new Date().toISOString().slice(0, 10),
-      command: `GPU_TEST_DDP_BENCH=1 GPU_TEST_DDP_RUNS=${runs} GPU_TEST_DDP_GIB=${gib} GPU_TEST_ONLY=distributed/bench npm run test:gpu`,
-      workload: `PyTorch DDP, 2 ranks (torchrun), ${gib} GiB buffer per rank, beside one rank alone and one process of ${2 * gib + 1} GiB`,
+      command: `GPU_TEST_DDP_BENCH=1 GPU_TEST_DDP_RUNS=${runs} GPU_TEST_DDP_GIB=${gib} GPU_TEST_DDP_SHAPES=${shapes.join(',')}${cycles.length > 1 ? ` GPU_TEST_DDP_CYCLES=${process.env.GPU_TEST_DDP_CYCLES}` : ''} GPU_TEST_ONLY=distributed/bench npm run test:gpu`,
+      workload: `PyTorch DDP, 2 ranks (torchrun), ${gib} GiB buffer per rank, beside one rank alone${shapes.includes('single') ? ` and one process of ${2 * gib + 1} GiB` : ''}`,
       runs,
       anchor,
       metrics,
     };
     fs.writeFileSync(path.join(out, 'ddp.json'), JSON.stringify(result, null, 1));
-    const g = (k) => metrics[k].median;
+    const g = (k) => metrics[k]?.median ?? NaN;
     measure('distributed/bench', Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, v.median])));
     return `2-rank job: checkpoint ${g('job_ckpt_s').toFixed(2)} s (one rank alone ${g('rank_ckpt_s').toFixed(2)} s, one process of the same memory ${g('single_ckpt_s').toFixed(2)} s), restore ${g('job_restore_s').toFixed(2)} s (${g('rank_restore_s').toFixed(2)}, ${g('single_restore_s').toFixed(2)}); anchor: ${anchor}`;
   });

@@ -893,7 +893,7 @@ async function processFailuresScenario(name) {
       const sus = cli(['suspend', pid]);
       if (sus.status !== 0) throw failure(`suspend: ${sus.stderr.trim()}`);
       const full = cli(['resume', pid, '--device', '1']);
-      if (full.status !== 1 || !/stays suspended/.test(full.stderr) || full.stderr.trim().split('\n').length !== 1) throw failure(`resume onto a full GPU: ${describeExit({ code: full.status, signal: full.signal })}: ${full.stderr.trim()}`);
+      if (full.status !== 3 || !/stays suspended/.test(full.stderr) || full.stderr.trim().split('\n').length !== 1) throw failure(`resume onto a full GPU: ${describeExit({ code: full.status, signal: full.signal })}: ${full.stderr.trim()}`);
       const row = (await cliJson(['ps', '--json'])).find((r) => r.pid === app.pid);
       if (row?.poolState !== 'suspended') throw failure(`after the refused resume the process is ${row?.poolState}, not suspended`);
       const ok = cli(['resume', pid, '--device', '0']);
