@@ -17,6 +17,7 @@ import { listProcesses } from '../controller/verbs/ps.js';
 import { restoreInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell } from '../controller/verbs/run-plan.js';
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
+import { checkpointStreamed, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
 import { parseSize } from '../controller/base/units.js';
 import {
@@ -32,9 +33,13 @@ import {
   printProcessRestore,
   printResume,
   printRollback,
+  printStream,
   printSuspend,
   toJson,
 } from './output.js';
+import type { CheckpointSummary } from '../controller/engine/pool-image.js';
+import type { JobCheckpointSummary } from '../controller/verbs/job.js';
+import type { ProcessCheckpointSummary } from '../controller/verbs/process-image.js';
 import { completionScript } from './completion.js';
 import { runWithoutExec } from './run-fallback.js';
 
@@ -47,6 +52,17 @@ let jsonPrinted = false;
 
 function printJson(value: unknown): void {
   printJsonText(toJson(value));
+}
+
+/** What f prints goes to standard error: standard output carries an image stream. */
+function onStderr(f: () => void): void {
+  const log = console.log;
+  console.log = console.error;
+  try {
+    f();
+  } finally {
+    console.log = log;
+  }
 }
 
 function printJsonText(text: string): void {
@@ -142,7 +158,8 @@ function buildProgram(): Command {
   withTransferOptions(program.command('checkpoint'), 'compression')
     .description('save a running process: its GPU memory, and (without --gpu-only) the whole process with CRIU')
     .argument('<job>', 'process ID of an application started with gpuckpt run, or of a job\'s launcher (every rank), or a job\'s --name')
-    .option('-o, --output <dir>', 'image directory to create (required)')
+    .option('-o, --output <dir>', "image directory to create, or - to stream the image to standard output (restore - takes it)")
+    .option('--export <file>', 'write the image as one file (restore --import takes it)')
     .addOption(new Option('--gpu-only', 'save the device memory pool only; the process keeps running').default(false))
     .option('--leave-running', 'whole-process image, and the process carries on afterwards')
     .option('--criu <path>', 'CRIU to use (default: $GPUCKPT_CRIU, else criu on PATH)')
@@ -162,14 +179,35 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 -o /ckpt/job   # the process stops',
         'gpuckpt checkpoint 4242 -o /ckpt/job --leave-running --json',
         'gpuckpt checkpoint 4242 -o /ckpt/job --criu-opt=--tcp-established   # a job with open TCP connections',
+        'gpuckpt checkpoint 4242 -o - | ssh other gpuckpt restore -   # move the job to another host',
+        'gpuckpt checkpoint 4242 --gpu-only --export /ckpt/step1000.gpuckpt',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean }) => {
-      const output = required(opts.output, '-o, --output <dir>');
+    .action(async (pidText: string, opts: TransferFlags & { output?: string; export?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean }) => {
+      if (opts.output !== undefined && opts.export !== undefined) throw new GpuckptError('BAD_ARGUMENT', '-o and --export both say where the image goes: give one');
+      const output = opts.export ?? required(opts.output, '-o, --output <dir>');
+      const streamed = opts.export !== undefined || output === STDIO;
+      if (output === STDIO && opts.json) throw new GpuckptError('BAD_ARGUMENT', '--json prints on standard output, where -o - streams the image: use --export FILE with --json');
+      if (streamed && opts.parent) throw new GpuckptError('BAD_ARGUMENT', '--parent makes an image that needs its parent beside it: stream a full image');
       const pid = parseTarget(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
       const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
+      if (streamed) {
+        const make = (dir: string, more: object): Promise<CheckpointSummary | JobCheckpointSummary | ProcessCheckpointSummary> =>
+          opts.gpuOnly ? checkpointJobGpuOnly(pid, dir, { ...common, ...more, force: false }) : checkpointProcess(pid, dir, { ...common, ...more, force: false, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt, rawCriuPages: opts.rawCriuPages });
+        if (opts.gpuOnly && opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
+        const summary = await checkpointStreamed(output, !!opts.force, make);
+        if (opts.json) printJson(summary);
+        else
+          onStderr(() => {
+            if ('criuVersion' in summary) printProcessCheckpoint(summary);
+            else if ('images' in summary) printJobCheckpoint(summary);
+            else printCheckpoint(summary);
+            printStream(summary.stream);
+          });
+        return;
+      }
       if (opts.gpuOnly) {
         if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
         if (opts.rawCriuPages) throw new GpuckptError('BAD_ARGUMENT', '--raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files');
@@ -186,7 +224,8 @@ function buildProgram(): Command {
 
   withTransferOptions(program.command('restore'), 'decompression')
     .description('bring a process back from its image (or, with --into, roll a running process back)')
-    .argument('<image>', 'image directory made by gpuckpt checkpoint')
+    .argument('[image]', 'image directory made by gpuckpt checkpoint, or - to read a stream of one (checkpoint -o -) from standard input')
+    .option('--import <file>', 'restore the image of this file (checkpoint --export)')
     .option('--into <pid>', 'write a --gpu-only image into this running process (same pool layout)')
     .option('--device <gpu>', "GPU to restore onto: this host's ordinal or a GPU UUID")
     .option('--detach', 'print the PID and return instead of waiting for the application')
@@ -194,18 +233,32 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .addHelpText(
       'after',
-      examples(['gpuckpt restore /ckpt/job              # waits, exits with the application\'s status', 'gpuckpt restore /ckpt/job --detach --device 1', 'gpuckpt restore /ckpt/step1000 --into 4242']),
+      examples([
+        "gpuckpt restore /ckpt/job              # waits, exits with the application's status",
+        'gpuckpt restore /ckpt/job --detach --device 1',
+        'gpuckpt restore /ckpt/step1000 --into 4242',
+        'ssh other gpuckpt checkpoint 4242 -o - | gpuckpt restore - --detach',
+        'gpuckpt restore --import /ckpt/step1000.gpuckpt --into 4242',
+      ]),
     )
-    .action(async (image: string, opts: TransferFlags & { into?: string; device?: string; detach?: boolean; criu?: string }) => {
+    .action(async (image: string | undefined, opts: TransferFlags & { import?: string; into?: string; device?: string; detach?: boolean; criu?: string }) => {
       const common = transfer(opts);
+      if (image !== undefined && opts.import !== undefined) throw new GpuckptError('BAD_ARGUMENT', 'an image and --import both say what to restore: give one');
+      const source = opts.import ?? image;
+      if (source === undefined) throw new GpuckptError('BAD_ARGUMENT', 'no image: give its directory, - for a stream on standard input, or --import FILE');
+      const streamed = opts.import !== undefined || source === STDIO;
       if (opts.into !== undefined) {
         if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
-        const summary = await restoreInto(image, parsePid(opts.into), common);
+        const pid = parsePid(opts.into);
+        const summary = streamed ? await restoreStreamed(source, (dir) => restoreInto(dir, pid, common)) : await restoreInto(source, pid, common);
         if (opts.json) printJson(summary);
         else printRollback(summary);
+        if ('stream' in summary && !opts.json) onStderr(() => printStream((summary as StreamedSummary).stream));
         return;
       }
-      const summary = await restoreProcess(image, { ...common, device: opts.device, detach: opts.detach, criu: opts.criu });
+      const whole = (dir: string, running?: () => void) => restoreProcess(dir, { ...common, device: opts.device, detach: opts.detach, criu: opts.criu, running });
+      const summary = streamed ? await restoreStreamed(source, whole) : await whole(source);
+      if ('stream' in summary && !opts.json && !opts.detach) onStderr(() => printStream((summary as StreamedSummary).stream));
       if (opts.json) printJson(summary);
       else if (opts.detach) console.log(summary.pid);
       else printProcessRestore(summary);

@@ -8,6 +8,7 @@ import type { ResumeSummary, SuspendSummary } from '../controller/engine/suspend
 import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../controller/verbs/process-image.js';
 import type { JobCheckpointSummary, JobResumeSummary, JobSuspendSummary } from '../controller/verbs/job.js';
 import { formatBytes, hex } from '../controller/base/units.js';
+import type { StreamedSummary } from '../controller/verbs/image-stream.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
@@ -164,4 +165,8 @@ export function printProcessRestore(s: ProcessRestoreSummary): void {
     `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s${s.criuPages ? `, its pages unpacked first in ${s.criuPages.seconds} s` : ''}; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
   );
   for (const f of s.appended ?? []) process.stderr.write(`gpuckpt: ${f} changed since the image was made: the job writes on at its end\n`);
+}
+
+export function printStream(s: StreamedSummary['stream']): void {
+  console.log(`  streamed ${formatBytes(s.bytes)} (${s.files} files)${s.to ? ` to ${s.to}` : s.from ? ` from ${s.from}` : ''} in ${s.seconds} s`);
 }

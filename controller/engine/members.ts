@@ -5,9 +5,24 @@
  */
 import { rmSync } from 'node:fs';
 import { freemem } from 'node:os';
+import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import type { CheckpointOptions } from './pool-image.js';
 import { resumeProcess, suspendProcess, type SuspendSummary } from './suspend.js';
+
+/** Where a job's image keeps the pool images of its members after the first. */
+export const MEMBERS_DIR = 'members';
+
+/** The directory of member m's pool image within the job's image (the first member's is the image itself). */
+export function memberImageDir(m: number, first: boolean): string {
+  return first ? '' : join(MEMBERS_DIR, String(m));
+}
+
+/** opts for member m, its image's writer reported under the member's directory. */
+export function memberOptions<T extends CheckpointOptions>(opts: T, m: number, first: boolean): T {
+  const { onWriter } = opts;
+  return onWriter ? { ...opts, onWriter: (w, dir) => onWriter(w, [memberImageDir(m, first), dir].filter(Boolean).join('/')) } : opts;
+}
 
 /** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */
 export function stagingShare(limit: bigint | undefined, n: number): { stagingLimit?: bigint } {
@@ -20,7 +35,7 @@ export function stagingShare(limit: bigint | undefined, n: number): { stagingLim
  * first failure is thrown: the job runs on as it was.
  */
 export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean }): Promise<SuspendSummary[]> {
-  const results = await Promise.allSettled([...images].map(([m, to]) => suspendProcess(m, { ...opts, ...stagingShare(opts.stagingLimit, images.size), to })));
+  const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...stagingShare(opts.stagingLimit, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
   const suspended = new Map([...images].filter((_, i) => results[i]!.status === 'fulfilled'));

@@ -54,6 +54,12 @@ export interface CheckpointOptions {
   live?: boolean;
   /** The pool was copied on its GPU in an earlier pause (gpu-snapshot.ts): the image is read from that copy, and the application is not paused again. */
   snapshot?: GpuSnapshot;
+  /**
+   * Told of the image's writer once it is made, with the pool image's
+   * directory within the final image ('' for its own, members.ts names a
+   * member's): a stream of the image follows its frames (image/stream.ts).
+   */
+  onWriter?: (writer: ImageWriter, dir: string) => void;
 }
 
 /** What the pause of a copy on the GPU took along: the shim's mirror (GPCK_PEER_MIRROR) maps the copy. */
@@ -151,6 +157,7 @@ export async function writePoolImage(
     const parent = await parentRead;
     setupClock.mark('parent');
     writer = await ImageWriter.create(out, { force: opts.force });
+    opts.onWriter?.(writer, '');
     setupClock.mark('writer');
     const pool = codecs;
     /**

@@ -59,6 +59,9 @@ export class ImageWriter {
   private state: State = 'open';
   private failure: GpuckptError | undefined;
   private nextOffset = 0n;
+  /** Appends in offset order, until written: what bounds writtenPrefix. */
+  private readonly unwritten: { end: bigint; written: boolean }[] = [];
+  private prefix = 0n;
   private readonly inFlight = new Set<Promise<unknown>>();
   /** Bytes appended since the last background flush started (see flushInBackground). */
   private unflushed = 0;
@@ -117,6 +120,16 @@ export class ImageWriter {
     return this.nextOffset;
   }
 
+  /** Bytes of pool.zst from its start that are written, none still in flight among them: what a stream of the image may send (stream.ts). */
+  get writtenPrefix(): bigint {
+    return this.prefix;
+  }
+
+  /** The data file, for a reader that follows it (stream.ts) while its directory may be renamed. */
+  get dataFd(): number | undefined {
+    return this.data?.fd;
+  }
+
   /**
    * Append one compressed frame to pool.zst; resolves to its offset. Offsets
    * are assigned in call order, so callers may have several appends in flight
@@ -128,7 +141,11 @@ export class ImageWriter {
     faultPoint('image-write');
     const offset = this.nextOffset;
     this.nextOffset += BigInt(compressed.length);
+    const mark = { end: this.nextOffset, written: false };
+    this.unwritten.push(mark);
     await this.track(writeFully(this.data!, compressed, offset));
+    mark.written = true;
+    while (this.unwritten[0]?.written) this.prefix = this.unwritten.shift()!.end;
     this.unflushed += compressed.length;
     this.flushInBackground();
     return offset;

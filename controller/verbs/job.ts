@@ -14,7 +14,7 @@ import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
 import { JobCut } from '../engine/collective-cut.js';
 import { readJob, type Job } from '../engine/job-plan.js';
-import { stagingShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, memberOptions, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
@@ -25,7 +25,6 @@ import { CommFlag, NcclFlag, PoolState } from '../../native/index.js';
 
 /** Beside a job image's own pool: what the job was. */
 export const JOB_INFO = 'gpuckpt-job.json';
-const MEMBERS_DIR = 'members';
 
 export interface JobSummary {
   pid: number;
@@ -197,7 +196,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   let images: CheckpointSummary[];
   try {
     const share = stagingShare(opts.stagingLimit, job.members.length);
-    const results = await Promise.allSettled(job.members.map((m) => checkpointGpuOnly(m, paths.get(m)!, { ...opts, force: false, progress: false, ...share }, running)));
+    const results = await Promise.allSettled(job.members.map((m) => checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...share }, running)));
     const bad = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (bad) throw bad.reason;
     images = results.map((r) => (r as PromiseFulfilledResult<CheckpointSummary>).value);

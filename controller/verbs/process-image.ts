@@ -33,7 +33,7 @@ import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { packCriuPages, unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
-import { resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
@@ -46,8 +46,6 @@ import { tempDirName } from '../image/temp-dirs.js';
 
 /** CRIU's files in a whole-process image. */
 export const CRIU_DIR = 'criu';
-/** The pool images of a job's other CUDA processes, by PID. */
-const MEMBERS_DIR = 'members';
 
 export interface ProcessCheckpointSummary {
   image: string;
@@ -288,7 +286,7 @@ export interface ProcessRestoreSummary {
 
 export async function restoreProcess(
   image: string,
-  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean } = {},
+  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean; running?: () => void } = {},
 ): Promise<ProcessRestoreSummary> {
   const t0 = performance.now();
   // The pool images and the chain of parents check out before anything runs.
@@ -372,6 +370,7 @@ export async function restoreProcess(
       cleanupSeconds: round((performance.now() - c0) / 1000),
       phases: clock.phases,
     };
+    opts.running?.(); // the image is needed no more
     if (!opts.detach) {
       const end = await waitAsForeground(restored.done, info.pid);
       summary.exitCode = end.code;

@@ -1424,6 +1424,10 @@ async function main() {
     const { runLive } = await import('./live.mjs');
     await runLive({ App, test, failure, cliJson, snapPath, measure });
   }
+  if (['stream'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runStream } = await import('./stream.mjs');
+    await runStream({ App, GPUCKPT, test, failure, cliJson, expectSame, snapPath, measure, tmpRoot, gib: poolFillSize(gpus).gib });
+  }
   if (['launch'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runLaunch } = await import('./launch.mjs');
     await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids });

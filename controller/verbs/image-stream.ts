@@ -1,0 +1,105 @@
+/**
+ * Images that travel as one stream: `checkpoint -o -` and `--export FILE`,
+ * `restore -` and `--import FILE`. A checkpoint still writes its image to a
+ * directory (under TMPDIR for a pipe, beside the file otherwise), and the
+ * stream follows its pool images' frames as they reach the disk, so that
+ * `gpuckpt checkpoint PID -o - | ssh host gpuckpt restore -` costs little
+ * more than the two alone; the directory goes once streamed. A received
+ * stream is checked whole (image/stream.ts) before anything is restored
+ * from it, and its directory goes once the job runs.
+ */
+import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+import type { Readable } from 'node:stream';
+import { GpuckptError } from '../base/errors.js';
+import { round } from '../base/units.js';
+import type { CheckpointOptions } from '../engine/pool-image.js';
+import { DATA_FILE } from '../image/format.js';
+import { fileSink, pipeSink, receiveImage, sendImage, type FollowedFile, type StreamSummary } from '../image/stream.js';
+import { fsyncDir } from '../image/durable.js';
+import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
+
+/** '-': standard output or input. */
+export const STDIO = '-';
+
+export interface StreamedSummary {
+  stream: StreamSummary & { seconds: number; to?: string; from?: string };
+}
+
+/** Where a streamed image's directory is written: beside the file it goes to, or TMPDIR for a pipe. */
+async function passingDir(file: string): Promise<string> {
+  const parent = file === STDIO ? tmpdir() : dirname(resolve(file));
+  await removeStaleTempDirs(parent);
+  return join(parent, tempDirName(file === STDIO ? 'gpuckpt-stream' : basename(file)));
+}
+
+/**
+ * Runs make(dir, opts) (a checkpoint into dir, with onWriter set) and
+ * streams the image it writes to `to` ('-' or a file, which is complete
+ * or absent); the summary make returned, with the stream's.
+ */
+export async function checkpointStreamed<S extends object>(
+  to: string,
+  force: boolean,
+  make: (dir: string, opts: Pick<CheckpointOptions, 'onWriter'>) => Promise<S>,
+): Promise<S & StreamedSummary> {
+  const t0 = performance.now();
+  const file = to === STDIO ? undefined : resolve(to);
+  if (!file && process.stdout.isTTY) throw new GpuckptError('BAD_ARGUMENT', '-o - streams the image to standard output, which is a terminal: pipe it (| ssh HOST gpuckpt restore -) or use --export FILE');
+  if (file && existsSync(file) && !force) throw new GpuckptError('IMAGE_EXISTS', `${file} exists: not replacing it (--force replaces it)`);
+  const dir = await passingDir(to);
+  const follow: FollowedFile[] = [];
+  const onWriter = (writer: Parameters<NonNullable<CheckpointOptions['onWriter']>>[0], within: string) =>
+    follow.push({ path: within ? `${within}/${DATA_FILE}` : DATA_FILE, writer, fd: openSync(join(writer.tempPath, DATA_FILE), 'r') });
+  const partial = file && join(dirname(file), tempDirName(basename(file)));
+  let fd: number | undefined;
+  const done = make(dir, { onWriter });
+  try {
+    if (partial) fd = openSync(partial, 'wx', 0o600);
+    const stream = await sendImage(fd === undefined ? pipeSink(process.stdout) : fileSink(fd), () => dir, done, () => follow);
+    const summary = await done;
+    if (fd !== undefined) {
+      fsyncSync(fd);
+      closeSync(fd);
+      fd = undefined;
+      renameSync(partial!, file!);
+      await fsyncDir(dirname(file!));
+    }
+    return { ...summary, stream: { ...stream, seconds: round((performance.now() - t0) / 1000), ...(file ? { to: file } : {}) } };
+  } catch (e) {
+    await done.catch(() => undefined);
+    if (fd !== undefined) closeSync(fd);
+    if (partial) rmSync(partial, { force: true });
+    throw e;
+  } finally {
+    for (const f of follow) closeSync(f.fd);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Receives an image from `from` ('-' or a file) into a directory of its
+ * own, checked whole, then runs restore(dir, running): running() removes
+ * the directory once the restored job needs it no more.
+ */
+export async function restoreStreamed<S extends object>(from: string, restore: (dir: string, running: () => void) => Promise<S>): Promise<S & StreamedSummary> {
+  const t0 = performance.now();
+  const file = from === STDIO ? undefined : resolve(from);
+  if (!file && process.stdin.isTTY) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
+  if (file && !existsSync(file)) throw new GpuckptError('IMAGE_MISSING', `${file} does not exist`);
+  const dir = await passingDir(STDIO);
+  mkdirSync(dir, { mode: 0o700 });
+  const gone = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    // A file in large reads (the default 64 KiB cut records into many
+    // pieces); standard input as node reads it (fd 0 may be non-blocking).
+    const input: Readable = file ? createReadStream(file, { highWaterMark: 8 << 20 }) : process.stdin;
+    const stream = await receiveImage(input, dir);
+    const received = round((performance.now() - t0) / 1000);
+    const summary = await restore(dir, gone);
+    return { ...summary, stream: { ...stream, seconds: received, ...(file ? { from: file } : {}) } };
+  } finally {
+    gone();
+  }
+}

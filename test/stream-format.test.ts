@@ -1,0 +1,122 @@
+/**
+ * The image stream (controller/image/stream.ts) on its own: a tree sent
+ * while one of its files is still written arrives identical; every way a
+ * stream can be damaged (a flipped byte, a lost record, a cut, a path out
+ * of the image, bytes after the end) is refused.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { appendFileSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough, Readable } from 'node:stream';
+import { pipeSink, receiveImage, sendImage } from '../controller/image/stream.js';
+import type { ImageWriter } from '../controller/image/writer.js';
+
+const root = mkdtempSync(join(tmpdir(), 'gpuckpt-stream-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** Everything under dir: relative path -> contents. */
+function tree(dir: string, rel = ''): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of readdirSync(join(dir, rel), { withFileTypes: true })) {
+    const p = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) Object.assign(out, tree(dir, p));
+    else out[p] = readFileSync(join(dir, p)).toString('hex');
+  }
+  return out;
+}
+
+async function collect(run: (out: PassThrough) => Promise<unknown>): Promise<Buffer> {
+  const out = new PassThrough();
+  const chunks: Buffer[] = [];
+  out.on('data', (c: Buffer) => chunks.push(c));
+  await run(out);
+  out.end();
+  return Buffer.concat(chunks);
+}
+
+/** An image dir with a member, a CRIU part and an empty file; pool.zst written while it is sent. */
+async function streamOf(name: string): Promise<{ src: string; bytes: Buffer }> {
+  const src = join(root, name);
+  mkdirSync(join(src, 'members', '42'), { recursive: true });
+  mkdirSync(join(src, 'criu'));
+  writeFileSync(join(src, 'manifest'), 'manifest bytes');
+  writeFileSync(join(src, 'criu', 'core-1.img'), Buffer.alloc(5000, 3));
+  writeFileSync(join(src, 'criu', 'empty'), '');
+  writeFileSync(join(src, 'members', '42', 'pool.zst'), Buffer.alloc(9 << 20, 9));
+  const pool = join(src, 'pool.zst');
+  writeFileSync(pool, '');
+  // A writer whose written prefix lags what is on the disk, as appends in flight do.
+  let prefix = 0n;
+  const writer = { get writtenPrefix() { return prefix; } } as unknown as ImageWriter;
+  const fd = openSync(pool, 'r');
+  let finish!: () => void;
+  const done = new Promise<void>((res) => (finish = res));
+  const writing = (async () => {
+    for (let i = 0; i < 6; i++) {
+      appendFileSync(pool, Buffer.alloc(3 << 20, i + 1));
+      await new Promise((r) => setTimeout(r, 10));
+      prefix = BigInt(i * (3 << 20)); // the last frame still "in flight"
+    }
+    finish();
+  })();
+  const bytes = await collect((out) => sendImage(pipeSink(out), () => src, done, () => [{ path: 'pool.zst', writer, fd }]));
+  await writing;
+  closeSync(fd);
+  return { src, bytes };
+}
+
+const receive = async (bytes: Buffer, name: string) => {
+  const dir = join(root, name);
+  mkdirSync(dir);
+  await receiveImage(Readable.from([bytes.subarray(0, 1000), bytes.subarray(1000)]), dir);
+  return dir;
+};
+
+describe('the image stream', () => {
+  it('carries a tree whose file is still written, identical', async () => {
+    const { src, bytes } = await streamOf('send');
+    const dir = await receive(bytes, 'got');
+    expect(tree(dir)).toEqual(tree(src));
+  });
+
+  it('refuses a flipped byte, a lost record, a cut, a path out of the image and bytes after the end', async () => {
+    const { bytes } = await streamOf('send-bad');
+    const flipped = Buffer.from(bytes);
+    flipped[bytes.length >> 1] ^= 1;
+    await expect(receive(flipped, 'flipped')).rejects.toMatchObject({ code: 'IMAGE_DATA_CORRUPT' });
+    await expect(receive(bytes.subarray(0, bytes.length - 7), 'cut')).rejects.toMatchObject({ code: 'IMAGE_TRUNCATED' });
+    await expect(receive(Buffer.concat([bytes, Buffer.from('x')]), 'after')).rejects.toMatchObject({ code: 'IMAGE_CORRUPT', message: expect.stringMatching(/bytes follow its end record/) });
+    // The first data record of pool.zst dropped: its bytes are missing at the end.
+    const lost = dropRecord(bytes, 1);
+    await expect(receive(lost, 'lost')).rejects.toMatchObject({ code: 'IMAGE_TRUNCATED', message: expect.stringMatching(/^image stream is incomplete: /) });
+    const escaping = renameRecord(bytes, 0, '../../etc/x');
+    await expect(receive(escaping, 'escaping')).rejects.toMatchObject({ code: 'IMAGE_CORRUPT', message: expect.stringMatching(/names "..\/..\/etc\/x", not a path inside an image/) });
+    await expect(receive(Buffer.from('GPCKSTRM\x07\0\0\0'), 'version')).rejects.toMatchObject({ code: 'IMAGE_VERSION' });
+  });
+});
+
+/** Offsets of the records of a stream (after its 12-byte header). */
+function records(bytes: Buffer): { at: number; end: number; nameAt: number; nameLength: number }[] {
+  const out = [];
+  for (let at = 12; at < bytes.length; ) {
+    const nameLength = bytes.readUInt16LE(at + 1);
+    const length = bytes.readUInt32LE(at + 3);
+    const end = at + 19 + nameLength + length;
+    out.push({ at, end, nameAt: at + 19, nameLength });
+    at = end;
+  }
+  return out;
+}
+
+function dropRecord(bytes: Buffer, index: number): Buffer {
+  const r = records(bytes)[index]!;
+  return Buffer.concat([bytes.subarray(0, r.at), bytes.subarray(r.end)]);
+}
+
+function renameRecord(bytes: Buffer, index: number, name: string): Buffer {
+  const r = records(bytes)[index]!;
+  const h = Buffer.from(bytes.subarray(r.at, r.nameAt));
+  h.writeUInt16LE(Buffer.byteLength(name), 1);
+  return Buffer.concat([bytes.subarray(0, r.at), h, Buffer.from(name), bytes.subarray(r.nameAt + r.nameLength)]);
+}
