@@ -98,6 +98,17 @@ describe('CRIU pages', () => {
     }
   });
 
+  it('an unpacking given up (the restore refused meanwhile) stops and leaves no scratch', async () => {
+    const { dir } = criuDir('given-up');
+    await packCriuPages(dir, { workers: 2 });
+    const before = shmScratch();
+    const stop = new AbortController();
+    const unpacking = unpackCriuDir(dir, { workers: 1, signal: stop.signal });
+    stop.abort();
+    await expect(unpacking).rejects.toThrow(/unpacking given up/);
+    expect(shmScratch()).toEqual(before);
+  });
+
   it('a truncated file and a bad index are refused before anything is unpacked', async () => {
     const { dir } = criuDir('truncated');
     await packCriuPages(dir, { workers: 2 });

@@ -104,6 +104,10 @@ describe('an image streamed', () => {
       expect(r.stderr).toMatch(pattern);
       expect(existsSync(file)).toBe(false);
     }
+    // Refused before its first frame: nothing at all on standard output.
+    const early = cli(['checkpoint', '999999', '--gpu-only', '-o', '-']);
+    expect(early.code).toBe(2);
+    expect(early.stdout).toBe('');
     writeFileSync(file, 'keep me');
     const taken = cli(['checkpoint', String(app.pid), '--gpu-only', '--export', file]);
     expect(taken.code).toBe(2);

@@ -191,12 +191,13 @@ export interface CriuScratch {
 }
 
 /**
- * Unpacks dir (CRIU's part of image) for a restore: into /dev/shm when it
+ * Unpacks dir (CRIU's part of image) for a restore (until signal aborts
+ * it): into /dev/shm when it
  * has room (CRIU reads it at memory speed and nothing reaches a disk), else
  * the run directory, else beside the image. Every frame is checked first by
  * zstd: a damaged image is refused before any process runs.
  */
-export async function unpackCriuDir(dir: string, opts: { workers?: number } = {}): Promise<CriuScratch> {
+export async function unpackCriuDir(dir: string, opts: { workers?: number; signal?: AbortSignal } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
   const index = readPackedIndex(dir);
   const rawBytes = index ? index.files.reduce((n, f) => n + f.rawBytes, 0) : 0;
@@ -220,7 +221,15 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number } = {}
       // is busy with the restore's checks.
       const done = framesOf(dir, index).map((f) => codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), f.dstOffset, f.rawLength, f.what));
       for (const d of done) d.catch(() => undefined);
-      await Promise.all(done);
+      // Given up (the restore was refused meanwhile): the queued frames are
+      // dropped by close(), which waits only for those under way.
+      const given = new Promise<never>((_, rej) => {
+        const stop = () => rej(new GpuckptError('INTERNAL', 'unpacking given up'));
+        if (opts.signal?.aborted) stop();
+        opts.signal?.addEventListener('abort', stop, { once: true });
+      });
+      given.catch(() => undefined);
+      await Promise.race([Promise.all(done), given]);
     } finally {
       await codecs.close();
     }

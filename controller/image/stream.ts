@@ -112,14 +112,15 @@ class Sender {
     return Object.keys(this.files).length;
   }
 
-  async header(): Promise<void> {
-    const h = Buffer.alloc(HEADER_BYTES);
-    MAGIC.copy(h);
-    h.writeUInt32LE(VERSION, MAGIC.length);
-    await this.write(h);
-  }
-
   async record(kind: Kind, path: string, offset: number, payload: Uint8Array = new Uint8Array(0)): Promise<void> {
+    // The header with the first record: a checkpoint refused before its
+    // first frame leaves the stream empty, not a stream cut short.
+    if (!this.bytes) {
+      const head = Buffer.alloc(HEADER_BYTES);
+      MAGIC.copy(head);
+      head.writeUInt32LE(VERSION, MAGIC.length);
+      await this.write(head);
+    }
     const name = Buffer.from(path);
     const h = Buffer.alloc(RECORD_BYTES);
     h.writeUInt8(kind, 0);
@@ -166,7 +167,6 @@ class Sender {
  */
 export async function sendImage(out: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[]): Promise<StreamSummary> {
   const s = new Sender(out);
-  await s.header();
   const sent = new Map<number, { path: string; at: number }>();
   let finished = false;
   done.then(

@@ -297,6 +297,7 @@ export async function restoreProcess(
   let parents: ImageReader[] | undefined;
   let fds: RestoreFds | undefined;
   let scratch: Promise<CriuScratch> | undefined;
+  const refused = new AbortController(); // a check failing stops the unpacking
   try {
     const chain = await openChain(reader);
     parents = chain.parents;
@@ -307,7 +308,7 @@ export async function restoreProcess(
     const info = readProcessInfo(dir);
     // CRIU's pages are unpacked while the checks run (they touch nothing but
     // a scratch directory); the pool images wait for every core until then.
-    scratch = unpackCriuDir(dir, { workers: opts.workers });
+    scratch = unpackCriuDir(dir, { workers: opts.workers, signal: refused.signal });
     scratch.catch(() => undefined); // awaited below, or cleaned up in finally
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
@@ -377,6 +378,9 @@ export async function restoreProcess(
       summary.signal = end.signal;
     }
     return summary;
+  } catch (e) {
+    refused.abort();
+    throw e;
   } finally {
     fds?.close();
     await scratch?.then((s) => s.cleanup(), () => undefined);
