@@ -125,11 +125,6 @@ export class ImageWriter {
     return this.prefix;
   }
 
-  /** The data file, for a reader that follows it (stream.ts) while its directory may be renamed. */
-  get dataFd(): number | undefined {
-    return this.data?.fd;
-  }
-
   /**
    * Append one compressed frame to pool.zst; resolves to its offset. Offsets
    * are assigned in call order, so callers may have several appends in flight

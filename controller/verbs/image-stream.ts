@@ -53,10 +53,10 @@ export async function checkpointStreamed<S extends object>(
   const onWriter = (writer: Parameters<NonNullable<CheckpointOptions['onWriter']>>[0], within: string) =>
     follow.push({ path: within ? `${within}/${DATA_FILE}` : DATA_FILE, writer, fd: openSync(join(writer.tempPath, DATA_FILE), 'r') });
   const partial = file && join(dirname(file), tempDirName(basename(file)));
-  let fd: number | undefined;
+  // Opened before the checkpoint starts: a file that cannot be made must not pause the job.
+  let fd = partial ? openSync(partial, 'wx', 0o600) : undefined;
   const done = make(dir, { onWriter });
   try {
-    if (partial) fd = openSync(partial, 'wx', 0o600);
     const stream = await sendImage(fd === undefined ? pipeSink(process.stdout) : fileSink(fd), () => dir, done, () => follow);
     const summary = await done;
     if (fd !== undefined) {
