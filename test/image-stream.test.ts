@@ -49,6 +49,19 @@ describe('an image streamed', () => {
     expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
   });
 
+  it('a stream whose reader goes away: the completed checkpoint keeps its image, and says where', async () => {
+    const { app, ready } = await start();
+    const tmp = passing('reader-gone');
+    const q = (a: string[]) => [BIN, ...a].map((w) => `'${w}'`).join(' ');
+    const r = spawnSync('bash', ['-c', `${q(['checkpoint', String(app.pid), '--gpu-only', '-o', '-'])} | head -c 100 >/dev/null; exit \${PIPESTATUS[0]}`], { env: box.env({ ...env, TMPDIR: tmp }), encoding: 'utf8', timeout: 60_000 });
+    expect(r.status).toBe(1);
+    const kept = new RegExp(`^gpuckpt: cannot stream the image: .*EPIPE.*; the checkpoint itself completed and its image is kept at (${tmp}/gpuckpt-image-\\d+-\\d+): gpuckpt restore \\1, or copy it where it is needed\n$`).exec(r.stderr);
+    expect(kept, r.stderr).not.toBeNull();
+    await app.command('mutate');
+    expect(cli(['restore', kept![1]!, '--into', String(app.pid)]).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
   it('a damaged or cut stream is refused in one line before anything is restored', async () => {
     const { app } = await start();
     const tmp = passing('damaged');

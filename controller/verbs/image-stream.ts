@@ -56,6 +56,7 @@ export async function checkpointStreamed<S extends object>(
   // Opened before the checkpoint starts: a file that cannot be made must not pause the job.
   let fd = partial ? openSync(partial, 'wx', 0o600) : undefined;
   const done = make(dir, { onWriter });
+  let kept: string | undefined;
   try {
     const stream = await sendImage(fd === undefined ? pipeSink(process.stdout) : fileSink(fd), () => dir, done, () => follow);
     const summary = await done;
@@ -68,13 +69,22 @@ export async function checkpointStreamed<S extends object>(
     }
     return { ...summary, stream: { ...stream, seconds: round((performance.now() - t0) / 1000), ...(file ? { to: file } : {}) } };
   } catch (e) {
-    await done.catch(() => undefined);
+    const made = await done.then(
+      () => true,
+      () => false,
+    );
     if (fd !== undefined) closeSync(fd);
     if (partial) rmSync(partial, { force: true });
-    throw e;
+    if (!made) throw e;
+    // The checkpoint completed and the stream did not (its reader gone, its
+    // disk full): the image is all the job has now, so it stays, under a
+    // name no cleanup of working directories takes.
+    kept = join(dirname(dir), `gpuckpt-image-${process.pid}-${Date.now()}`);
+    renameSync(dir, kept);
+    throw new GpuckptError('IMAGE_WRITE_FAILED', `${(e as Error).message}; the checkpoint itself completed and its image is kept at ${kept}: gpuckpt restore ${kept}, or copy it where it is needed`, { cause: e });
   } finally {
     for (const f of follow) closeSync(f.fd);
-    rmSync(dir, { recursive: true, force: true });
+    if (!kept) rmSync(dir, { recursive: true, force: true });
   }
 }
 
