@@ -24,6 +24,12 @@
 //                         runs each (default 3); medians to $BENCH_OUT, else
 //                         $OUT, as ddp.json (bench-report.mjs). The anchor
 //                         (driver API + CRIU) is tried on the job too.
+//                         GPU_TEST_DDP_SHAPES (job,rank,single) picks the
+//                         shapes; GPU_TEST_DDP_CYCLES adds checkpoint and
+//                         restore cycles with CRIU's pages raw and restores
+//                         from a cold page cache (raw,cold,raw_cold);
+//                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
+//                         on each shape's first image.
 // One `measure` line per verb with its times.
 import fs from 'node:fs';
 import net from 'node:net';
