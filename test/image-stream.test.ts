@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, truncateSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { BIN, APPS, checkpointingSandbox, json } from './helpers/e2e.js';
@@ -26,6 +27,15 @@ const pipe = (left: string[], right: string[], tmp: string) => {
   const r = spawnSync('bash', ['-o', 'pipefail', '-c', `${q(left)} | ${q(right)}`], { env: box.env({ ...env, TMPDIR: tmp }), encoding: 'utf8', timeout: 60_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 };
+
+describe('where an imported file is received', () => {
+  it('TMPDIR when set, else /dev/shm when the file fits there, else the temporary dir', async () => {
+    const { importParent } = await import('../controller/verbs/image-stream.js');
+    expect(importParent(1, { TMPDIR: '/somewhere' })).toBe(tmpdir());
+    if (existsSync('/dev/shm')) expect(importParent(1, {})).toBe('/dev/shm');
+    expect(importParent(Number.MAX_SAFE_INTEGER, {})).toBe(tmpdir());
+  });
+});
 
 describe('an image streamed', () => {
   it('checkpoint --gpu-only -o - | restore - --into: the process rolled back bit for bit, nothing left where it passed', async () => {

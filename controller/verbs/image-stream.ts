@@ -8,7 +8,7 @@
  * stream is checked whole (image/stream.ts) before anything is restored
  * from it, and its directory goes once the job runs.
  */
-import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -29,9 +29,28 @@ export interface StreamedSummary {
 
 /** Where a streamed image's directory is written: beside the file it goes to, or TMPDIR for a pipe. */
 async function passingDir(file: string): Promise<string> {
-  const parent = file === STDIO ? tmpdir() : dirname(resolve(file));
+  return passingDirIn(file === STDIO ? tmpdir() : dirname(resolve(file)), file === STDIO ? 'gpuckpt-stream' : basename(file));
+}
+
+async function passingDirIn(parent: string, name: string): Promise<string> {
   await removeStaleTempDirs(parent);
-  return join(parent, tempDirName(file === STDIO ? 'gpuckpt-stream' : basename(file)));
+  return join(parent, tempDirName(name));
+}
+
+/**
+ * Where an imported file is received: TMPDIR when the user set it, else
+ * /dev/shm when it has room for the whole file (the restore reads it back
+ * at once: nothing need reach a disk), else the system's temporary dir.
+ */
+export function importParent(fileBytes: number, env: NodeJS.ProcessEnv = process.env): string {
+  if (env.TMPDIR) return tmpdir();
+  try {
+    const fs = statfsSync('/dev/shm');
+    if (fs.bavail * fs.bsize >= fileBytes + (1 << 30)) return '/dev/shm';
+  } catch {
+    // no /dev/shm here
+  }
+  return tmpdir();
 }
 
 /**
@@ -98,7 +117,7 @@ export async function restoreStreamed<S extends object>(from: string, restore: (
   const file = from === STDIO ? undefined : resolve(from);
   if (!file && process.stdin.isTTY) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
   if (file && !existsSync(file)) throw new GpuckptError('IMAGE_MISSING', `${file} does not exist`);
-  const dir = await passingDir(STDIO);
+  const dir = file ? await passingDirIn(importParent(statSync(file).size), 'gpuckpt-import') : await passingDir(STDIO);
   mkdirSync(dir, { mode: 0o700 });
   const gone = () => rmSync(dir, { recursive: true, force: true });
   try {
