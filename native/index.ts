@@ -59,6 +59,8 @@ interface NativeModule {
   startWriteback(fd: number): Promise<void>;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
+  /** dst gets src's byte planes of size-byte elements (inverse: planes back into elements); same lengths. */
+  byteplanes(src: Uint8Array, dst: Uint8Array, size: 2 | 4, inverse: boolean): void;
   /** The host's Unix sockets (sock_diag): peer 0 when unconnected, name '' when unbound, '@...' abstract; throws with code set to the errno name. */
   unixSockets(): UnixSocketInfo[];
 }

@@ -246,6 +246,18 @@ describe('manifest encoding', () => {
     expect(back).toEqual(sampleManifest());
   });
 
+  it('carries byte planes per frame (format 3), and refuses other sizes or planes in an older version', () => {
+    const m = sampleManifest();
+    m.version = FORMAT_VERSION;
+    m.data.frames[0]!.planes = 4;
+    m.data.frames[1]!.planes = 2;
+    expect(decodeManifest(encodeManifest(m), 'm')).toEqual(m);
+    const three = structuredClone(m) as unknown as { data: { frames: { planes: number }[] } };
+    three.data.frames[0]!.planes = 3;
+    expect(() => decodeManifest(encodeBySpec(three), 'm')).toThrow(/data\.frames\[0\]\.planes is 3: 2 or 4, from format version 3/);
+    expect(() => decodeManifest(encodeBySpec({ ...m, version: 2 }), 'm')).toThrow(/planes is 4: 2 or 4, from format version 3/);
+  });
+
   it('refuses to encode an invalid manifest (a caller bug)', () => {
     const m = sampleManifest();
     m.allocations[0]!.addr = BASE - 1n;
@@ -855,7 +867,7 @@ describe('reader refuses damaged images, each with its own code', () => {
     v99.writeUInt32LE(99, 8);
     await writeFile(manifestPath, v99);
     expect(await openCode(path)).toBe('IMAGE_VERSION');
-    await ImageReader.open(path).catch((e: Error) => expect(e.message).toMatch(/format version 99; this gpuckpt reads versions 1 to 2/));
+    await ImageReader.open(path).catch((e: Error) => expect(e.message).toMatch(new RegExp(`format version 99; this gpuckpt reads versions 1 to ${FORMAT_VERSION}`)));
     // A newer format may differ after the version: garbage or a cut there is still IMAGE_VERSION.
     await writeFile(manifestPath, Buffer.concat([v99.subarray(0, 12), Buffer.from('entirely different layout')]));
     expect(await openCode(path)).toBe('IMAGE_VERSION');

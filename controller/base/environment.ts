@@ -5,7 +5,7 @@
  */
 import { GpuckptError } from './errors.js';
 
-type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level';
+type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle';
 
 /** Name, kind; the shim's (shim/interpose/config.h) and the controller's own. */
 const SETTINGS: [string, Kind][] = [
@@ -22,6 +22,7 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_DISABLE', 'flag'],
   ['GPUCKPT_ALLOW_IO_URING', 'flag'],
   ['GPUCKPT_DRIVER_WARMUP', 'flag'],
+  ['GPUCKPT_SHUFFLE', 'shuffle'],
 ];
 
 const VALID: Record<Kind, [RegExp, string]> = {
@@ -30,6 +31,7 @@ const VALID: Record<Kind, [RegExp, string]> = {
   seconds: [/^([0-9]+(\.[0-9]+)?|\.[0-9]+)$/, 'a number of seconds'],
   flag: [/^[01]$/, '0 or 1'],
   level: [/^(error|warn|info|debug)$/, 'one of error, warn, info, debug'],
+  shuffle: [/^(auto|off|2|4)$/, 'auto, off, 2 or 4 (byte planes of that element size in every frame)'],
 };
 
 export function checkEnvironment(env: NodeJS.ProcessEnv = process.env): void {

@@ -7,11 +7,12 @@ import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { GpuckptError, type ErrorCode } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
+import type { Planes, PlanesMode } from '../image/byte-planes.js';
 
 export type CodecTask =
   | { id: number; op: 'map'; fds: number[]; fileBytes: number; size: number }
-  | { id: number; op: 'compress'; offset: number; length: number; level: number }
-  | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string }
+  | { id: number; op: 'compress'; offset: number; length: number; level: number; planes: PlanesMode }
+  | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string; planes?: 2 | 4 }
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
   | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
   | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
@@ -20,6 +21,8 @@ export type CodecTask =
 export interface CodecReply {
   id: number;
   data?: ArrayBuffer;
+  /** compress: the layout the frame was compressed in. */
+  planes?: Planes;
   error?: { code: string; message: string };
   /** Not run: the pool was closing. */
   cancelled?: boolean;
@@ -68,10 +71,11 @@ export class CodecPool {
     await Promise.all(this.slots.map((s) => this.send(s, { op: 'map', fds, fileBytes, size }, [])));
   }
 
-  async compress(offset: number, length: number, level: number): Promise<Uint8Array> {
+  /** A frame of staging [offset, offset+length), and the layout it chose (planes: GPUCKPT_SHUFFLE's mode). */
+  async compress(offset: number, length: number, level: number, planes: PlanesMode = 'off'): Promise<{ data: Uint8Array; planes: Planes }> {
     faultPoint('compress');
-    const r = await this.send(this.leastBusy(), { op: 'compress', offset, length, level }, []);
-    return new Uint8Array(r.data!);
+    const r = await this.send(this.leastBusy(), { op: 'compress', offset, length, level, planes }, []);
+    return { data: new Uint8Array(r.data!), planes: r.planes ?? 0 };
   }
 
   /** Digests of the blocks of staging [offset, offset+length), as the shim's kernel computes them (8 bytes LE each). */
@@ -92,9 +96,9 @@ export class CodecPool {
     await this.send(this.leastBusy(), { op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what }, []);
   }
 
-  async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string): Promise<void> {
+  async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string, planes?: 2 | 4): Promise<void> {
     const buf = ownBuffer(compressed);
-    await this.send(this.leastBusy(), { op: 'decompress', compressed: buf, offset, length, what }, [buf]);
+    await this.send(this.leastBusy(), { op: 'decompress', compressed: buf, offset, length, what, ...(planes ? { planes } : {}) }, [buf]);
   }
 
   async verify(compressed: Uint8Array, length: number, what: string): Promise<void> {

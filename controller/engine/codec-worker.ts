@@ -8,6 +8,7 @@ import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
+import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
 import { native } from '../../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
 
@@ -26,16 +27,20 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       staging = { fds: task.fds, fileBytes: task.fileBytes, size: task.size, windows: new Map() };
       return { reply: { id: task.id }, transfer: [] };
     case 'compress': {
-      const out = compressFrame(stagingView(task.offset, task.length), task.level);
+      const raw = stagingView(task.offset, task.length);
+      const planes = task.planes === 'off' ? 0 : task.planes === 'auto' ? choosePlanes(raw, task.level) : task.planes;
+      const out = compressFrame(planes ? toPlanes(raw, planes, scratch(task.length)) : raw, task.level);
       // Own, transferable memory: zstd-napi may return a view into a shared pool.
       const copy = new Uint8Array(out.length);
       copy.set(out);
-      return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
+      return { reply: { id: task.id, data: copy.buffer, planes }, transfer: [copy.buffer] };
     }
     case 'decompress':
       // Straight into staging: a buffer of its own per frame cost a fresh
-      // 16 MiB (faulted in page by page) and a copy of it.
-      decompressFrame(new Uint8Array(task.compressed), task.length, task.what, stagingView(task.offset, task.length));
+      // 16 MiB (faulted in page by page) and a copy of it. Byte planes go
+      // through the worker's buffer, put back into elements on the way.
+      if (task.planes) fromPlanes(decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length)), task.planes, stagingView(task.offset, task.length));
+      else decompressFrame(new Uint8Array(task.compressed), task.length, task.what, stagingView(task.offset, task.length));
       return { reply: { id: task.id }, transfer: [] };
     case 'digest': {
       // A Buffer of its own (not a pooled slab), so it can be transferred.

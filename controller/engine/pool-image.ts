@@ -17,6 +17,7 @@ import { loadDigestKernels, digestAllocations } from './block-digests.js';
 import { LiveCopy, liveStagingBytes, type LivePlan, type LiveStats } from './live-copy.js';
 import { bytesOf, manifestSha256, openChain, parentBlocks, planBlocks, refuseReplacingChain, samePool, type ParentBlocks, type ZeroBlocks } from '../image/chain.js';
 import { DIGEST_BLOCK } from '../image/format.js';
+import { planesMode } from '../image/byte-planes.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type FrameRecord, type Manifest, type ParentRecord } from '../image/index.js';
 import { commandLine } from '../adapters/processes.js';
 import { Progress } from '../base/progress.js';
@@ -361,6 +362,7 @@ async function copyAndCompress(
   live?: LiveCopy,
 ): Promise<CopyRun> {
   const level = opts.level ?? 1;
+  const planesSetting = planesMode(process.env.GPUCKPT_SHUFFLE);
   let ring!: StagingRing;
   let staging!: StagingMemory;
   // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
@@ -533,10 +535,10 @@ async function copyAndCompress(
     await compressionAllowed;
     await limiter.run(async () => {
       if (firstFailure) return; // a failed checkpoint writes nothing more
-      const data = await codecs.compress(stagingOffset, piece.length, level);
+      const { data, planes } = await codecs.compress(stagingOffset, piece.length, level, planesSetting);
       const fileOffset = await writer.appendFrame(data);
       firstWriteAt ??= performance.now();
-      frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length });
+      frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length, ...(planes ? { planes } : {}) });
       written += piece.length;
       progress.transfer('checkpoint: compressed and written', written, toWrite);
     });

@@ -184,7 +184,7 @@ export class PoolLoader {
         limiter.run(async () => {
           const r = this.chain[item.image]!;
           const compressed = await r.readFrame(item.frameIndex);
-          await this.codecs.decompressInto(compressed, offset, item.length, `${r.path}: ${frameLabel(item.frame, item.frameIndex)}`);
+          await this.codecs.decompressInto(compressed, offset, item.length, `${r.path}: ${frameLabel(item.frame, item.frameIndex)}`, item.frame.planes);
           this.progress.update(`restore: decompressed frame ${item.frameIndex + 1} of ${r.frameCount}${item.image ? ` (parent ${item.image})` : ''}`);
         }),
       ),

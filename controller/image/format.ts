@@ -12,8 +12,12 @@ export const DATA_FILE = 'pool.zst';
  * 2: the blocks of an allocation whose digest is 0 (all zeros) may be in no
  * frame; they are zeros. A version 1 image is a version 2 image that left
  * none out, so both are read.
+ * 3: a frame may hold its raw bytes as byte planes (FrameRecord.planes),
+ * put back into elements after decompression.
  */
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
+/** The first version whose frames may hold byte planes. */
+export const PLANES_FORMAT_VERSION = 3;
 /** The oldest format version this gpuckpt reads. */
 export const OLDEST_FORMAT_VERSION = 1;
 export const MANIFEST_MAGIC: Buffer = Buffer.from('GPUCKPT\0', 'latin1');

@@ -40,7 +40,7 @@ import type {
   PoolLayout,
 } from './manifest-types.js';
 import { AllocationBlocks } from './blocks.js';
-import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION } from './format.js';
+import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANES_FORMAT_VERSION } from './format.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
 
@@ -127,12 +127,15 @@ function checkShape(value: unknown): Manifest {
   const frames: FrameRecord[] = arr(dt.frames, 'data.frames').map((v, i) => {
     const f = obj(v, `data.frames[${i}]`);
     const length = int(f.length, `data.frames[${i}].length`, 1, MAX_FRAME_LENGTH);
+    if (f.planes !== undefined && ((f.planes !== 2 && f.planes !== 4) || (o.version as number) < PLANES_FORMAT_VERSION))
+      fail(`data.frames[${i}].planes is ${show(f.planes)}: 2 or 4, from format version ${PLANES_FORMAT_VERSION}`);
     return {
       device: int(f.device, `data.frames[${i}].device`, 0, pool.deviceCount - 1),
       addr: big(f.addr, `data.frames[${i}].addr`),
       length,
       offset: big(f.offset, `data.frames[${i}].offset`),
       compressedLength: int(f.compressedLength, `data.frames[${i}].compressedLength`, 1, zstdCompressBound(length)),
+      ...(f.planes !== undefined ? { planes: f.planes as 2 | 4 } : {}),
     };
   });
   const data: DataSection = {

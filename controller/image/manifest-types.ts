@@ -44,6 +44,8 @@ export interface FrameRecord {
   length: number;
   offset: bigint;
   compressedLength: number;
+  /** The frame holds the raw bytes as byte planes of elements of this size (byte 0 of every element, then byte 1, ...): float data compresses better so. */
+  planes?: 2 | 4;
 }
 
 export interface DataSection {

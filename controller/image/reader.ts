@@ -25,6 +25,7 @@ import { join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { hex } from './manifest-check.js';
 import { decompressFrame } from './frame-codec.js';
+import { fromPlanes } from './byte-planes.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
 import { decodeManifest } from './manifest.js';
 import type { FrameRecord, Manifest } from './manifest-types.js';
@@ -103,7 +104,11 @@ export class ImageReader {
   async readFrameData(i: number): Promise<Buffer> {
     const frame = this.manifest.data.frames[i];
     if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
-    return decompressFrame(await this.readFrame(i), frame.length, `${this.path}: ${frameLabel(frame, i)}`);
+    const data = decompressFrame(await this.readFrame(i), frame.length, `${this.path}: ${frameLabel(frame, i)}`);
+    if (!frame.planes) return data;
+    const out = Buffer.allocUnsafe(data.length);
+    fromPlanes(data, frame.planes, out);
+    return out;
   }
 
   /**

@@ -9,6 +9,7 @@
 #include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
 #include "host_digest.h"
+#include "byte_planes.h"
 #include "peer_memory.h"
 #include "session.h"
 #include "shared_memory.h"
@@ -31,6 +32,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
+  exports.Set("byteplanes", Napi::Function::New(env, BytePlanes, "byteplanes"));
   exports.Set("unixSockets", Napi::Function::New(env, UnixSockets, "unixSockets"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   return exports;
