@@ -36,6 +36,8 @@ interface NativeModule {
   /** Unmaps a mapFiles buffer at once and detaches it. */
   unmapFiles(buffer: ArrayBuffer): void;
   closeFd(fd: number): void;
+  /** O_NONBLOCK cleared (blocking) or set on fd; whether it was blocking before. */
+  setBlocking(fd: number, blocking: boolean): boolean;
   /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };

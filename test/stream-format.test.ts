@@ -8,9 +8,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { appendFileSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough, Readable } from 'node:stream';
-import { pipeSink, receiveImage, sendImage } from '../controller/image/stream.js';
+import { Readable } from 'node:stream';
 import type { ImageWriter } from '../controller/image/writer.js';
+
+// From dist: the sender runs in a worker thread (dist/controller/image/stream-sender.js).
+const { receiveImage, sendImage } = await import(new URL('../dist/controller/image/stream.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-stream-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -26,13 +28,16 @@ function tree(dir: string, rel = ''): Record<string, string> {
   return out;
 }
 
-async function collect(run: (out: PassThrough) => Promise<unknown>): Promise<Buffer> {
-  const out = new PassThrough();
-  const chunks: Buffer[] = [];
-  out.on('data', (c: Buffer) => chunks.push(c));
-  await run(out);
-  out.end();
-  return Buffer.concat(chunks);
+/** What run streams into a file. */
+async function collect(run: (sink: { fd: number; file: boolean }) => Promise<unknown>): Promise<Buffer> {
+  const path = join(root, `stream-${Math.random().toString(16).slice(2)}`);
+  const fd = openSync(path, 'w');
+  try {
+    await run({ fd, file: true });
+  } finally {
+    closeSync(fd);
+  }
+  return readFileSync(path);
 }
 
 /** An image dir with a member, a CRIU part and an empty file; pool.zst written while it is sent. */
@@ -60,7 +65,8 @@ async function streamOf(name: string): Promise<{ src: string; bytes: Buffer }> {
     }
     finish();
   })();
-  const bytes = await collect((out) => sendImage(pipeSink(out), () => src, done, () => [{ path: 'pool.zst', writer, fd }]));
+  const followed = [{ path: 'pool.zst', writer, fd }];
+  const bytes = await collect((sink) => sendImage(sink, () => src, done, () => followed));
   await writing;
   closeSync(fd);
   return { src, bytes };

@@ -7,43 +7,21 @@
  * the image's own checksums (manifest SHA-256, zstd content checksums): a
  * damaged stream is refused before anything is restored from it.
  *
- * The sender follows files still being written (a pool image's frames are
- * sent as they reach the disk), so a stream costs little beyond the image.
- *
- * Record: kind u8, path length u16, payload length u32, offset u64 (DATA:
- * where the payload goes in the file), CRC-32 of the payload u32, path
- * (UTF-8, relative to the image), payload. Files are made 0600 and
- * directories 0700, as images are.
+ * The sender (stream-sender.ts, a worker thread) follows files still being
+ * written (a pool image's frames are sent as they reach the disk), so a
+ * stream costs little beyond the image; the layout is stream-format.ts's.
  */
-import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, writeSync } from 'node:fs';
+import { mkdirSync, openSync, writeSync, closeSync } from 'node:fs';
 import { isAbsolute, join, normalize, sep } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
+import type { Readable } from 'node:stream';
+import { Worker } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
-import { GpuckptError } from '../base/errors.js';
+import { GpuckptError, type ErrorCode } from '../base/errors.js';
 import type { ImageWriter } from './writer.js';
-import { native } from '../../native/index.js';
+import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, RECORD_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
+import type { SenderData, SenderMessage, SenderReply } from './stream-sender.js';
 
-const MAGIC = Buffer.from('GPCKSTRM');
-const VERSION = 1;
-const HEADER_BYTES = MAGIC.length + 4;
-const RECORD_BYTES = 1 + 2 + 4 + 8 + 4;
-/** Bytes of file data per record. */
-const CHUNK = 4 << 20;
-const MAX_PAYLOAD = 64 << 20;
-
-const enum Kind {
-  DIR = 1,
-  FILE = 2,
-  DATA = 3,
-  END = 4,
-}
-
-interface EndSummary {
-  /** Every file, its size. */
-  files: Record<string, number>;
-  dataRecords: number;
-  dataBytes: number;
-}
+export type { StreamSummary } from './stream-format.js';
 
 /** A file of the image being written while it is sent: its writer says how far it may be read (the caller closes fd). */
 export interface FollowedFile {
@@ -54,167 +32,54 @@ export interface FollowedFile {
   fd: number;
 }
 
-/** Where a stream goes. */
+/** Where a stream goes: a pipe (standard output) or a file written in place. */
 export interface StreamSink {
-  write(bytes: Uint8Array): Promise<void>;
+  fd: number;
+  file: boolean;
 }
 
-/** Bytes a pipe may hold in this process before the sender waits. */
-const PIPE_BUFFERED = 64 << 20;
-/** Bytes written to a file between two starts of its writeback (as image writers do). */
-const WRITEBACK_EVERY = 64 << 20;
-
-/** A pipe or socket (standard output). */
-export function pipeSink(out: Writable): StreamSink {
-  let failed: Error | undefined;
-  out.on('error', (e) => (failed ??= e));
-  const broken = (e: Error) => new GpuckptError('IMAGE_WRITE_FAILED', `cannot stream the image: ${e.message}`, { cause: e });
-  return {
-    async write(bytes) {
-      if (failed) throw broken(failed);
-      if (out.write(bytes) || out.writableLength < PIPE_BUFFERED) return;
-      await new Promise<void>((res) => out.once('drain', res));
-    },
-  };
-}
-
-/** A file written in place, its writeback started as it grows so that the final fsync finds little to do. */
-export function fileSink(fd: number): StreamSink {
-  let at = 0;
-  let unflushed = 0;
-  return {
-    async write(bytes) {
-      for (let done = 0; done < bytes.length; ) done += writeSync(fd, bytes, done, bytes.length - done, at + done);
-      at += bytes.length;
-      unflushed += bytes.length;
-      if (unflushed >= WRITEBACK_EVERY) {
-        unflushed = 0;
-        await native().startWriteback(fd).catch(() => undefined); // a hint; the final fsync makes it durable
-      }
-    },
-  };
-}
-
-export interface StreamSummary {
-  bytes: number;
-  files: number;
-}
-
-class Sender {
-  private readonly files: Record<string, number> = {};
-  private dataRecords = 0;
-  private dataBytes = 0;
-  bytes = 0;
-
-  constructor(private readonly out: StreamSink) {}
-
-  get fileCount(): number {
-    return Object.keys(this.files).length;
-  }
-
-  async record(kind: Kind, path: string, offset: number, payload: Uint8Array = new Uint8Array(0)): Promise<void> {
-    // The header with the first record: a checkpoint refused before its
-    // first frame leaves the stream empty, not a stream cut short.
-    if (!this.bytes) {
-      const head = Buffer.alloc(HEADER_BYTES);
-      MAGIC.copy(head);
-      head.writeUInt32LE(VERSION, MAGIC.length);
-      await this.write(head);
-    }
-    const name = Buffer.from(path);
-    const h = Buffer.alloc(RECORD_BYTES);
-    h.writeUInt8(kind, 0);
-    h.writeUInt16LE(name.length, 1);
-    h.writeUInt32LE(payload.length, 3);
-    h.writeBigUInt64LE(BigInt(offset), 7);
-    h.writeUInt32LE(crc32(payload), 15);
-    await this.write(Buffer.concat([h, name]));
-    if (payload.length) await this.write(payload);
-    if (kind === Kind.FILE) this.files[path] = 0;
-    if (kind === Kind.DATA) {
-      this.dataRecords++;
-      this.dataBytes += payload.length;
-      this.files[path] = Math.max(this.files[path] ?? 0, offset + payload.length);
-    }
-  }
-
-  /** Bytes [from, to) of fd as DATA records of path. */
-  async range(path: string, fd: number, from: number, to: number): Promise<void> {
-    for (let at = from; at < to; ) {
-      const buf = Buffer.allocUnsafe(Math.min(CHUNK, to - at));
-      const n = readSync(fd, buf, 0, buf.length, at);
-      if (n <= 0) throw new GpuckptError('IMAGE_READ_FAILED', `cannot stream ${path}: it ends at ${at}, before ${to}`);
-      await this.record(Kind.DATA, path, at, buf.subarray(0, n));
-      at += n;
-    }
-  }
-
-  async end(): Promise<void> {
-    const summary: EndSummary = { files: this.files, dataRecords: this.dataRecords, dataBytes: this.dataBytes };
-    await this.record(Kind.END, '', 0, Buffer.from(JSON.stringify(summary)));
-  }
-
-  private write(b: Uint8Array): Promise<void> {
-    this.bytes += b.length;
-    return this.out.write(b);
-  }
-}
+/** More files than a job's pool images: those past it are sent whole at the end. */
+const MAX_FOLLOWED = 256;
 
 /**
- * Streams an image: first the files of `follow` as their writers write
- * them (until `done` settles), then everything under dir once it is the
- * complete image, the followed files from where they were left.
+ * Streams an image from a worker thread: first the files of `follow` as
+ * their writers write them (until `done` settles), then everything under
+ * dir once it is the complete image, the followed files from where they
+ * were left. A failed checkpoint fails the stream: no end record.
  */
-export async function sendImage(out: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[]): Promise<StreamSummary> {
-  const s = new Sender(out);
-  const sent = new Map<number, { path: string; at: number }>();
-  let finished = false;
-  done.then(
-    () => (finished = true),
-    () => (finished = true),
-  );
-  // Frames as they reach the disk, while the checkpoint runs.
-  while (!finished) {
-    let moved = false;
+export async function sendImage(sink: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[]): Promise<StreamSummary> {
+  const written = new SharedArrayBuffer(8 * MAX_FOLLOWED);
+  const counters = new BigInt64Array(written);
+  const worker = new Worker(new URL('./stream-sender.js', import.meta.url), { workerData: { fd: sink.fd, file: sink.file, written } satisfies SenderData });
+  const result = new Promise<StreamSummary>((res, rej) => {
+    worker.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
+    worker.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
+  });
+  result.catch(() => undefined); // awaited below
+  const slots = new Map<FollowedFile, number>();
+  const post = (m: SenderMessage) => worker.postMessage(m);
+  const update = () => {
     for (const f of follow()) {
-      let st = sent.get(f.fd);
-      if (!st) {
-        sent.set(f.fd, (st = { path: f.path, at: 0 }));
-        await s.record(Kind.FILE, f.path, 0);
+      let slot = slots.get(f);
+      if (slot === undefined && slots.size < MAX_FOLLOWED) {
+        slots.set(f, (slot = slots.size));
+        post({ op: 'follow', slot, path: f.path, fd: f.fd });
       }
-      const ready = Number(f.writer.writtenPrefix);
-      if (ready > st.at) {
-        await s.range(f.path, f.fd, st.at, ready);
-        st.at = ready;
-        moved = true;
-      }
-    }
-    if (!moved) await Promise.race([done.catch(() => undefined), new Promise((r) => setTimeout(r, 5))]);
-  }
-  await done; // a failed checkpoint fails the stream: no end record
-  const followed = new Map([...sent.values()].map((v) => [v.path, v.at]));
-  const root = dir();
-  const walk = async (rel: string): Promise<void> => {
-    for (const e of readdirSync(join(root, rel), { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
-      const path = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) {
-        await s.record(Kind.DIR, path, 0);
-        await walk(path);
-      } else if (e.isFile()) {
-        const from = followed.get(path);
-        if (from === undefined) await s.record(Kind.FILE, path, 0);
-        const fd = openSync(join(root, path), 'r');
-        try {
-          await s.range(path, fd, from ?? 0, fstatSync(fd).size);
-        } finally {
-          closeSync(fd);
-        }
-      } else throw new GpuckptError('IMAGE_CORRUPT', `cannot stream ${join(root, path)}: not a regular file or directory`);
+      if (slot !== undefined) Atomics.store(counters, slot, f.writer.writtenPrefix);
     }
   };
-  await walk('');
-  await s.end();
-  return { bytes: s.bytes, files: s.fileCount };
+  const timer = setInterval(update, 2);
+  try {
+    // The sender failing (its reader gone) stops the wait; the checkpoint goes on.
+    await Promise.race([done, result]);
+    await done;
+    update();
+    post({ op: 'finish', dir: dir() });
+    return await result;
+  } finally {
+    clearInterval(timer);
+    await worker.terminate();
+  }
 }
 
 /** Reads exactly n bytes at a time from a stream. */

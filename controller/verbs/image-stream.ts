@@ -16,7 +16,7 @@ import { GpuckptError } from '../base/errors.js';
 import { round } from '../base/units.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { DATA_FILE } from '../image/format.js';
-import { fileSink, pipeSink, receiveImage, sendImage, type FollowedFile, type StreamSummary } from '../image/stream.js';
+import { receiveImage, sendImage, type FollowedFile, type StreamSummary } from '../image/stream.js';
 import { fsyncDir } from '../image/durable.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
 
@@ -77,7 +77,7 @@ export async function checkpointStreamed<S extends object>(
   const done = make(dir, { onWriter });
   let kept: string | undefined;
   try {
-    const stream = await sendImage(fd === undefined ? pipeSink(process.stdout) : fileSink(fd), () => dir, done, () => follow);
+    const stream = await sendImage(fd === undefined ? { fd: 1, file: false } : { fd, file: true }, () => dir, done, () => follow);
     const summary = await done;
     if (fd !== undefined) {
       fsyncSync(fd);

@@ -122,6 +122,21 @@ Napi::Value CloseFd(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// setBlocking(fd, blocking): O_NONBLOCK cleared or set; whether fd was
+// blocking before. A thread that writes a pipe node made non-blocking
+// (standard output) waits in write(2) for its reader instead of spinning.
+Napi::Value SetBlocking(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  bool blocking = info[1].ToBoolean();
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK) < 0) {
+    ErrnoError(env, "setBlocking", errno).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Boolean::New(env, !(flags & O_NONBLOCK));
+}
+
 // createMemfd(size): a fresh memfd of size bytes, sealed against resizing:
 // staging this process makes for the shim, which maps only files that
 // cannot shrink under it (gpuckpt_protocol.h, GPCK_STAGING_GIVEN).

@@ -10,6 +10,7 @@ namespace gpuckpt {
 Napi::Value MapFiles(const Napi::CallbackInfo& info);
 Napi::Value UnmapFiles(const Napi::CallbackInfo& info);
 Napi::Value CloseFd(const Napi::CallbackInfo& info);
+Napi::Value SetBlocking(const Napi::CallbackInfo& info);
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info);
 
 }  // namespace gpuckpt
