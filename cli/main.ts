@@ -37,7 +37,7 @@ import {
   printSuspend,
   toJson,
 } from './output.js';
-import type { CheckpointSummary } from '../controller/engine/pool-image.js';
+import type { CheckpointOptions, CheckpointSummary } from '../controller/engine/pool-image.js';
 import type { JobCheckpointSummary } from '../controller/verbs/job.js';
 import type { ProcessCheckpointSummary } from '../controller/verbs/process-image.js';
 import { completionScript } from './completion.js';
@@ -192,34 +192,32 @@ function buildProgram(): Command {
       const pid = parseTarget(pidText);
       const level = Number(opts.level);
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
+      if (opts.gpuOnly && opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
+      if (opts.gpuOnly && opts.rawCriuPages) throw new GpuckptError('BAD_ARGUMENT', '--raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files');
       const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
+      const make = (dir: string, more: Pick<CheckpointOptions, 'onWriter' | 'force'> = {}): Promise<CheckpointSummary | JobCheckpointSummary | ProcessCheckpointSummary> =>
+        opts.gpuOnly
+          ? checkpointJobGpuOnly(pid, dir, { ...common, ...more })
+          : checkpointProcess(pid, dir, { ...common, ...more, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt, rawCriuPages: opts.rawCriuPages });
+      const print = (s: CheckpointSummary | JobCheckpointSummary | ProcessCheckpointSummary) => {
+        if ('criuVersion' in s) printProcessCheckpoint(s);
+        else if ('images' in s) printJobCheckpoint(s);
+        else printCheckpoint(s);
+      };
       if (streamed) {
-        const make = (dir: string, more: object): Promise<CheckpointSummary | JobCheckpointSummary | ProcessCheckpointSummary> =>
-          opts.gpuOnly ? checkpointJobGpuOnly(pid, dir, { ...common, ...more, force: false }) : checkpointProcess(pid, dir, { ...common, ...more, force: false, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt, rawCriuPages: opts.rawCriuPages });
-        if (opts.gpuOnly && opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
-        const summary = await checkpointStreamed(output, !!opts.force, make);
+        // The passing directory is fresh; --force is about the file.
+        const summary = await checkpointStreamed(output, !!opts.force, (dir, more) => make(dir, { ...more, force: false }));
         if (opts.json) printJson(summary);
         else
           onStderr(() => {
-            if ('criuVersion' in summary) printProcessCheckpoint(summary);
-            else if ('images' in summary) printJobCheckpoint(summary);
-            else printCheckpoint(summary);
+            print(summary);
             printStream(summary.stream);
           });
         return;
       }
-      if (opts.gpuOnly) {
-        if (opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
-        if (opts.rawCriuPages) throw new GpuckptError('BAD_ARGUMENT', '--raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files');
-        const summary = await checkpointJobGpuOnly(pid, output, common);
-        if (opts.json) printJson(summary);
-        else if ('images' in summary) printJobCheckpoint(summary);
-        else printCheckpoint(summary);
-        return;
-      }
-      const summary = await checkpointProcess(pid, output, { ...common, leaveRunning: opts.leaveRunning, criu: opts.criu, criuOpts: opts.criuOpt, rawCriuPages: opts.rawCriuPages });
+      const summary = await make(output);
       if (opts.json) printJson(summary);
-      else printProcessCheckpoint(summary);
+      else print(summary);
     });
 
   withTransferOptions(program.command('restore'), 'decompression')

@@ -121,6 +121,7 @@ describe('an image streamed', () => {
       [['--gpu-only', '-o', box.path('x'), '--export', file], /^gpuckpt: -o and --export both say where the image goes: give one\n$/],
       [['--gpu-only', '-o', '-', '--json'], /^gpuckpt: --json prints on standard output, where -o - streams the image/],
       [['--gpu-only', '--export', file, '--parent', box.path('p')], /^gpuckpt: --parent makes an image that needs its parent beside it/],
+      [['--gpu-only', '--export', file, '--raw-criu-pages'], /^gpuckpt: --raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files\n$/],
     ] as const) {
       const r = cli(['checkpoint', String(app.pid), ...args]);
       expect(r.code).toBe(2);

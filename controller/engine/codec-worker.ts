@@ -4,11 +4,12 @@
  * are shared by every thread of the controller and by the shim), so raw pool
  * data never crosses a thread boundary by copy.
  */
-import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
 import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
+import { readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
 
@@ -65,21 +66,6 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       writeSparse(task.dst, task.dstOffset, raw);
       return { reply: { id: task.id }, transfer: [] };
     }
-  }
-}
-
-function readRange(path: string, offset: number, length: number, into: Uint8Array): Uint8Array {
-  const fd = openSync(path, 'r');
-  try {
-    let got = 0;
-    while (got < length) {
-      const n = readSync(fd, into, got, length - got, offset + got);
-      if (n === 0) throw new GpuckptError('IMAGE_TRUNCATED', `${path} ends at ${offset + got}, before ${offset + length}`);
-      got += n;
-    }
-    return into;
-  } finally {
-    closeSync(fd);
   }
 }
 

@@ -5,10 +5,12 @@
  * that CRIU reads, where zero pages stay holes. The image itself is never
  * written by a restore.
  */
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, statfsSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, statfsSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
+import { Limiter } from '../base/limiter.js';
 import { round } from '../base/units.js';
+import { readRange } from '../image/file-range.js';
 import { ownRunDir } from '../adapters/run-dir.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
 import { osErrorText } from '../image/os-error.js';
@@ -92,13 +94,16 @@ export async function packCriuPages(dir: string, opts: { level?: number; workers
   return summaryOf(files, t0);
 }
 
-function summaryOf(files: PackedFile[], t0: number): PagesSummary {
+function sizesOf(files: PackedFile[]): Omit<PagesSummary, 'seconds'> {
   return {
     files: files.length,
     rawBytes: files.reduce((n, f) => n + f.rawBytes, 0),
     storedBytes: files.reduce((n, f) => n + f.frames.reduce((a, b) => a + b, 0), 0),
-    seconds: round((performance.now() - t0) / 1000),
   };
+}
+
+function summaryOf(files: PackedFile[], t0: number): PagesSummary {
+  return { ...sizesOf(files), seconds: round((performance.now() - t0) / 1000) };
 }
 
 /** The index of dir's packed pages, checked against the files it names; undefined when CRIU's pages are raw. */
@@ -129,9 +134,7 @@ export function readPackedIndex(dir: string): PackedIndex | undefined {
 /** What dir's packed pages hold (inspect); undefined when CRIU's pages are raw or absent. */
 export function describePacked(dir: string): Omit<PagesSummary, 'seconds'> | undefined {
   const index = readPackedIndex(dir);
-  if (!index) return undefined;
-  const { seconds: _, ...rest } = summaryOf(index.files, performance.now());
-  return rest;
+  return index && sizesOf(index.files);
 }
 
 /** Every frame of index in order: the file, where it lies, what it holds. */
@@ -146,41 +149,12 @@ function framesOf(dir: string, index: PackedIndex) {
   });
 }
 
-/** Runs task on each item, at most n at once; the first failure stops the rest and is thrown. */
-async function eachAtOnce<T>(items: T[], n: number, task: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  let failed: unknown;
-  const lane = async () => {
-    while (next < items.length && failed === undefined) {
-      try {
-        await task(items[next++]!);
-      } catch (e) {
-        failed ??= e;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, n) }, lane));
-  if (failed !== undefined) throw failed;
-}
-
 /** Proves every packed frame of dir intact (gpuckpt inspect); nothing when CRIU's pages are raw. */
 export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<void> {
   const index = readPackedIndex(dir);
   if (!index) return;
-  await eachAtOnce(framesOf(dir, index), 2 * codecs.size, async (f) => {
-    const buf = Buffer.allocUnsafe(f.srcLength);
-    const fd = openSync(f.src, 'r');
-    try {
-      for (let got = 0; got < f.srcLength; ) {
-        const n = readSync(fd, buf, got, f.srcLength - got, f.srcOffset + got);
-        if (!n) throw new GpuckptError('IMAGE_TRUNCATED', `image is truncated: ${f.src} ends inside ${f.what}`);
-        got += n;
-      }
-    } finally {
-      closeSync(fd);
-    }
-    await codecs.verify(buf, f.rawLength, f.what);
-  });
+  const limiter = new Limiter(2 * codecs.size); // compressed bytes read ahead of the workers
+  await Promise.all(framesOf(dir, index).map((f) => limiter.run(() => codecs.verify(readRange(f.src, f.srcOffset, f.srcLength, Buffer.allocUnsafe(f.srcLength)), f.rawLength, f.what))));
 }
 
 /** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup(). */
@@ -200,7 +174,7 @@ export interface CriuScratch {
 export async function unpackCriuDir(dir: string, opts: { workers?: number; signal?: AbortSignal } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
   const index = readPackedIndex(dir);
-  const rawBytes = index ? index.files.reduce((n, f) => n + f.rawBytes, 0) : 0;
+  const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
   const scratch = await makeScratch(rawBytes, dirname(dir));
   const cleanup = () => rmSync(scratch, { recursive: true, force: true });
   try {

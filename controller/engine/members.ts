@@ -13,15 +13,15 @@ import { resumeProcess, suspendProcess, type SuspendSummary } from './suspend.js
 /** Where a job's image keeps the pool images of its members after the first. */
 export const MEMBERS_DIR = 'members';
 
-/** The directory of member m's pool image within the job's image (the first member's is the image itself). */
-export function memberImageDir(m: number, first: boolean): string {
-  return first ? '' : join(MEMBERS_DIR, String(m));
+/** The directory of member m's pool image within the job's image, for every member but the first (whose pool image is the image itself). */
+export function memberImageDir(m: number): string {
+  return join(MEMBERS_DIR, String(m));
 }
 
 /** opts for member m, its image's writer reported under the member's directory. */
 export function memberOptions<T extends CheckpointOptions>(opts: T, m: number, first: boolean): T {
   const { onWriter } = opts;
-  return onWriter ? { ...opts, onWriter: (w, dir) => onWriter(w, [memberImageDir(m, first), dir].filter(Boolean).join('/')) } : opts;
+  return onWriter ? { ...opts, onWriter: (w, dir) => onWriter(w, [first ? '' : memberImageDir(m), dir].filter(Boolean).join('/')) } : opts;
 }
 
 /** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */

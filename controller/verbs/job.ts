@@ -14,7 +14,7 @@ import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
 import { JobCut } from '../engine/collective-cut.js';
 import { readJob, type Job } from '../engine/job-plan.js';
-import { MEMBERS_DIR, memberOptions, stagingShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, memberImageDir, memberOptions, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
@@ -207,7 +207,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   }
   cut?.close();
   mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
-  for (const m of job.members.slice(1)) renameSync(paths.get(m)!, join(work, MEMBERS_DIR, String(m)));
+  for (const m of job.members.slice(1)) renameSync(paths.get(m)!, join(work, memberImageDir(m)));
   writeFileSync(join(work, JOB_INFO), JSON.stringify({ pid, members: job.members, communicators: job.comms.map((c) => ({ key: c.key.toString(16), nranks: c.nranks, ranks: Object.fromEntries(c.pids) })) }, null, 1));
   await fsyncDir(join(work, MEMBERS_DIR));
   await fsyncDir(work);
@@ -218,7 +218,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
     members: job.members,
     communicators: job.comms.length,
     cutSeconds,
-    images: images.map((s, i) => ({ ...s, image: i === 0 ? target : join(target, MEMBERS_DIR, String(job.members[i])) })),
+    images: images.map((s, i) => ({ ...s, image: i === 0 ? target : join(target, memberImageDir(job.members[i]!)) })),
     rawBytes: images.reduce((n, s) => n + s.rawBytes, 0),
     storedBytes: images.reduce((n, s) => n + s.storedBytes, 0),
     pauseSeconds,

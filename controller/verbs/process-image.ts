@@ -33,7 +33,7 @@ import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { packCriuPages, unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
-import { MEMBERS_DIR, resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
@@ -105,7 +105,7 @@ export async function checkpointProcess(
     ...(plan.restoreArgs.length ? { restoreArgs: plan.restoreArgs } : {}),
   };
   const notes: string[] = [];
-  // Its workers start while CRIU dumps.
+  // Its workers start while CRIU dumps; whoever made it closes it.
   let packer: CodecPool | undefined;
   const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
     if (opts.rawCriuPages) return {};
@@ -114,8 +114,6 @@ export async function checkpointProcess(
     } catch (e) {
       notes.push(`CRIU's pages kept as CRIU wrote them: ${(e as Error).message}`);
       return {};
-    } finally {
-      await packer?.close();
     }
   };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
@@ -137,7 +135,7 @@ export async function checkpointProcess(
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
-      const packed = await pack();
+      const packed = await pack().finally(() => packer?.close());
       const syncSeconds = await makeDurable(work, pid, true);
       await publishImage(work, target, !!opts.force);
       return summaryOf({
@@ -181,24 +179,25 @@ export async function checkpointProcess(
   cut?.close();
   const d0 = performance.now();
   if (!opts.rawCriuPages) packer = new CodecPool(opts.workers);
-  try {
-    mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
-    criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
-    writeProcessInfo(join(work, CRIU_DIR), info);
-  } catch (e) {
-    // The processes are still there (frozen): bring them back, then drop the
-    // half image (kept if a process could not come back: it holds its data).
-    await packer?.close();
-    const stays = await resumeAfterFailure(images);
-    if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
-    const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
-    throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
-  }
-  const dumpSeconds = (performance.now() - d0) / 1000;
-  clock.mark('dump');
+  let dumpSeconds: number;
   let resumeFailure: unknown;
   let runsAgain: number;
+  let packed: { criuPages?: PagesSummary };
   try {
+    try {
+      mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
+      criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
+      writeProcessInfo(join(work, CRIU_DIR), info);
+    } catch (e) {
+      // The processes are still there (frozen): bring them back, then drop the
+      // half image (kept if a process could not come back: it holds its data).
+      const stays = await resumeAfterFailure(images);
+      if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
+      const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
+      throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
+    }
+    dumpSeconds = (performance.now() - d0) / 1000;
+    clock.mark('dump');
     resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
     if (opts.leaveRunning && !resumeFailure && comms.length) {
       const why = await rebuildJob(plan.members);
@@ -208,15 +207,14 @@ export async function checkpointProcess(
     if (opts.leaveRunning) clock.mark('resume');
     if (others.length) {
       mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
-      for (const m of others) renameSync(images.get(m)!, join(work, MEMBERS_DIR, String(m)));
+      for (const m of others) renameSync(images.get(m)!, join(work, memberImageDir(m)));
     }
-  } catch (e) {
+    // CRIU leaves its files to the page cache; the pool images are durable
+    // already, and the image is published only once CRIU's part is too.
+    packed = await pack();
+  } finally {
     await packer?.close();
-    throw e;
   }
-  // CRIU leaves its files to the page cache; the pool images are durable
-  // already, and the image is published only once CRIU's part is too.
-  const packed = await pack();
   clock.mark('pack');
   const syncSeconds = await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
   clock.mark('sync');
@@ -311,7 +309,7 @@ export async function restoreProcess(
     scratch = unpackCriuDir(dir, { workers: opts.workers, signal: refused.signal });
     scratch.catch(() => undefined); // awaited below, or cleaned up in finally
     const members = info.members!;
-    for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, MEMBERS_DIR, String(m))));
+    for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
     await waitPidsFree(info.tree!);
