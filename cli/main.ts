@@ -15,7 +15,7 @@ import { inspectImage } from '../controller/verbs/inspect.js';
 import { parsePid } from '../controller/adapters/processes.js';
 import { listProcesses } from '../controller/verbs/ps.js';
 import { restoreInto } from '../controller/verbs/rollback.js';
-import { makeRunPlan, planAsShell } from '../controller/verbs/run-plan.js';
+import { makeRunPlan, planAsShell, type RunOptions } from '../controller/verbs/run-plan.js';
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
 import { checkpointStreamed, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
@@ -134,12 +134,13 @@ function buildProgram(): Command {
     .option('--pool-size <size>', 'virtual size of the pool per GPU (default 256G)')
     .option('--pool-base <addr>', 'fixed virtual base address of the pool (default 0x600000000000)')
     .option('--name <name>', 'name the job, for the verbs to take instead of its PID')
+    .option('--no-framework-hook', "start no hook in the job's Python processes (it lets images leave out what PyTorch's allocator holds unused)")
     .argument('<program...>', 'program and its arguments, after --')
     .addHelpText(
       'after',
       examples(['gpuckpt run -- ./train --epochs 10', 'gpuckpt run --pool-size 64G -- python3 serve.py', 'gpuckpt run --name ddp -- torchrun --standalone --nproc_per_node=2 train.py']),
     )
-    .action(async (command: string[], opts: { poolSize?: string; poolBase?: string; name?: string }) => {
+    .action(async (command: string[], opts: RunOptions) => {
       // Reached only without bin/gpuckpt's exec (e.g. node dist/cli/main.js run).
       process.exitCode = await runWithoutExec(makeRunPlan(command, opts));
     });
@@ -170,6 +171,7 @@ function buildProgram(): Command {
     .option('--json', 'print a JSON summary on stdout')
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
     .option('--raw-criu-pages', "keep CRIU's memory pages as CRIU wrote them, for tools that read CRIU images (default: compressed like the pool)")
+    .option('--whole-pool', "take every byte of the pool, even what the framework's allocator (PyTorch's) holds unused")
     .addHelpText(
       'after',
       examples([
@@ -183,7 +185,7 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 --gpu-only --export /ckpt/step1000.gpuckpt',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output?: string; export?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output?: string; export?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean; wholePool?: boolean }) => {
       if (opts.output !== undefined && opts.export !== undefined) throw new GpuckptError('BAD_ARGUMENT', '-o and --export both say where the image goes: give one');
       const output = opts.export ?? required(opts.output, '-o, --output <dir>');
       const streamed = opts.export !== undefined || output === STDIO;
@@ -194,7 +196,7 @@ function buildProgram(): Command {
       if (!Number.isInteger(level) || level < 1 || level > 19) throw new GpuckptError('BAD_ARGUMENT', `--level "${opts.level}" must be 1 to 19`);
       if (opts.gpuOnly && opts.leaveRunning) throw new GpuckptError('BAD_ARGUMENT', '--leave-running is for whole-process images; a --gpu-only checkpoint always leaves the process running');
       if (opts.gpuOnly && opts.rawCriuPages) throw new GpuckptError('BAD_ARGUMENT', '--raw-criu-pages is for whole-process images; a --gpu-only image holds no CRIU files');
-      const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live };
+      const common = { ...transfer(opts), force: opts.force, level, parent: opts.parent, live: opts.live, wholePool: opts.wholePool };
       const make = (dir: string, more: Pick<CheckpointOptions, 'onWriter' | 'force'> = {}): Promise<CheckpointSummary | JobCheckpointSummary | ProcessCheckpointSummary> =>
         opts.gpuOnly
           ? checkpointJobGpuOnly(pid, dir, { ...common, ...more })
@@ -351,8 +353,9 @@ function buildProgram(): Command {
         .option('--pool-size <size>')
         .option('--pool-base <addr>')
         .option('--name <name>')
+        .option('--no-framework-hook')
         .argument('[program...]');
-      let parsed: { command: string[]; opts: { poolSize?: string; poolBase?: string; name?: string } } | undefined;
+      let parsed: { command: string[]; opts: RunOptions } | undefined;
       sub.action((command: string[], opts) => {
         parsed = { command, opts };
       });

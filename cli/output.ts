@@ -10,6 +10,7 @@ import type { JobCheckpointSummary, JobResumeSummary, JobSuspendSummary } from '
 import { formatBytes, hex } from '../controller/base/units.js';
 import type { StreamedSummary } from '../controller/verbs/image-stream.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
+import { describeFrameworkUse } from '../controller/engine/framework-free.js';
 
 /** JSON with 64-bit values readable by any consumer: addresses as hex
  * strings, other BigInts as numbers (sizes stay far below 2^53). */
@@ -63,6 +64,7 @@ export function printCheckpoint(s: CheckpointSummary): void {
   if (s.parent) console.log(`  ${s.allocations} allocations (${formatBytes(s.poolBytes)}); changed since ${s.parent}: ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   else console.log(`  ${s.allocations} allocations, ${formatBytes(s.rawBytes)} -> ${formatBytes(s.storedBytes)} (ratio ${s.ratio})`);
   if (s.zeroBytes) console.log(`  ${formatBytes(s.zeroBytes)} of all-zero blocks left on the GPU, recorded by their digest`);
+  if (s.framework) console.log(`  ${describeFrameworkUse(s.framework)}`);
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms; DMA ${s.copyGBps} GB/s; total ${s.seconds} s (${s.throughputGBps} GB/s)`);
   if (s.live) console.log(`  ${liveLine(s.live)}`);
 }
@@ -109,6 +111,7 @@ export function printInspect(r: InspectReport): void {
     const zero = bytesOf(zeroRanges(m.allocations, m.blocks.digests, m.blocks.size));
     console.log(`digests      ${m.blocks.digests.reduce((n, d) => n + d.length / 8, 0)} blocks of ${formatBytes(BigInt(m.blocks.size))}: can be a parent (checkpoint --parent); ${formatBytes(zero)} all zeros`);
   }
+  if (m.unused) console.log(`unused       ${formatBytes(bytesOf(m.unused))} the framework held unused, in ${m.unused.length} range(s): not in the image, left as they are by a restore`);
   if (m.parent) console.log(`parent       ${m.parent.path}`);
   for (const [i, p] of r.chain.entries()) console.log(`chain ${i + 1}      ${p.image} (${p.createdAt}): ${formatBytes(p.rawBytes)} stored as ${formatBytes(p.storedBytes)}`);
   if (r.criuPages) console.log(`CRIU pages   ${formatBytes(r.criuPages.rawBytes)} stored as ${formatBytes(r.criuPages.storedBytes)} in ${r.criuPages.files} file(s)`);

@@ -1,7 +1,7 @@
 // Generated from protocol/messages.mjs by protocol/generate.mjs: do not edit.
 /* eslint-disable */
 
-export const PROTOCOL_VERSION = 14;
+export const PROTOCOL_VERSION = 15;
 
 /** Request types (enum gpck_type). */
 export const MessageType = {
@@ -26,6 +26,7 @@ export const MessageType = {
   NCCL_TEARDOWN: 19,
   NCCL_NEW_ID: 20,
   NCCL_REBUILD: 21,
+  FRAMEWORK_FREE: 22,
 } as const;
 
 export const MAX_DEVICES = 16;
@@ -47,6 +48,9 @@ export const MAX_COMMS = 64;
 export const CommFlag = { DOWN: 1, MULTI_DEVICE: 2 } as const;
 export const NcclFlag = { HELD: 1, REACHED: 2, HELD_BY_SENDER: 4 } as const;
 export const NcclHoldFlag = { RELEASE: 1 } as const;
+/** enum gpck_framework_state */
+export const FrameworkState = { NO_HOOK: 0, RANGES: 1, IDLE: 2, FAILED: 3 } as const;
+export const MAX_FREE_RANGES = 8000;
 
 export interface HelloReply {
   version: number;
@@ -299,6 +303,26 @@ export interface NcclRebuildRequest {
   id: Buffer;
 }
 
+export interface FreeRange {
+  addr: bigint;
+  size: bigint;
+}
+
+export interface FrameworkReply {
+  /** GPCK_FRAMEWORK_* */
+  state: number;
+  /** the framework's name, e.g. PyTorch */
+  framework: string;
+  /** GPCK_FRAMEWORK_FAILED: the reason, one line */
+  why: string;
+  ranges: FreeRange[];
+}
+
+export interface FrameworkRequest {
+  /** how long to wait for the hook */
+  timeoutMs: number;
+}
+
 /** Each message: what its request takes and its reply gives (undefined: no payload). */
 export interface Messages {
   HELLO: { request: HelloRequest; reply: HelloReply };
@@ -322,4 +346,5 @@ export interface Messages {
   NCCL_TEARDOWN: { request: undefined; reply: undefined };
   NCCL_NEW_ID: { request: undefined; reply: NcclId };
   NCCL_REBUILD: { request: NcclRebuildRequest; reply: undefined };
+  FRAMEWORK_FREE: { request: FrameworkRequest; reply: FrameworkReply };
 }

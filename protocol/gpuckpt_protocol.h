@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 14u
+#define GPCK_PROTOCOL_VERSION 15u
 
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
@@ -55,6 +55,7 @@ enum gpck_type {
     GPCK_NCCL_TEARDOWN = 19, /* (none) -> (none): destroy every communicator, at the cut */
     GPCK_NCCL_NEW_ID = 20,   /* (none) -> gpck_nccl_id: a unique id for a communicator's rebuild */
     GPCK_NCCL_REBUILD = 21,  /* gpck_nccl_rebuild_req -> (none): make one communicator again */
+    GPCK_FRAMEWORK_FREE = 22, /* gpck_framework_req -> gpck_framework_rep: memory the framework's allocator holds unused, from its in-process hook */
 };
 
 struct gpck_header {
@@ -495,6 +496,35 @@ struct gpck_nccl_id {
 struct gpck_nccl_rebuild_req {
     uint64_t key;
     uint8_t id[128];
+};
+
+/* What FRAMEWORK_FREE learnt from the in-process hook (shim/python/). */
+enum gpck_framework_state {
+    GPCK_FRAMEWORK_NO_HOOK = 0, /* no hook in this process: nothing to ask */
+    /* ranges hold the memory the framework holds but no tensor uses */
+    GPCK_FRAMEWORK_RANGES = 1,
+    GPCK_FRAMEWORK_IDLE = 2, /* a hook, but no framework using the GPU in this process */
+    /* the hook could not read the framework consistently: why says why */
+    GPCK_FRAMEWORK_FAILED = 3,
+};
+
+#define GPCK_MAX_FREE_RANGES 8000u /* the largest ranges first; smaller ones are copied */
+struct gpck_framework_req {
+    uint32_t timeout_ms;       /* how long to wait for the hook */
+    uint32_t reserved;
+};
+
+struct gpck_free_range {
+    uint64_t addr;
+    uint64_t size;
+};
+
+struct gpck_framework_rep {
+    uint32_t state;            /* GPCK_FRAMEWORK_* */
+    uint32_t count;
+    char framework[32];        /* the framework's name, e.g. PyTorch */
+    char why[GPCK_NAME_LEN];   /* GPCK_FRAMEWORK_FAILED: the reason, one line */
+    struct gpck_free_range ranges[];
 };
 
 #endif

@@ -20,7 +20,7 @@
 //   max      (requests, flexible arrays) a limit, and the error beyond it
 //   doc      a comment for the C header (and the TypeScript type)
 
-export const VERSION = 14;
+export const VERSION = 15;
 
 export const INTRO = `The shim <-> controller protocol, generated from protocol/messages.mjs
 by protocol/generate.mjs: do not edit; change the table. Shared by the
@@ -65,6 +65,7 @@ export const MESSAGES = [
   ['NCCL_TEARDOWN', 19, null, null, 'destroy every communicator, at the cut'],
   ['NCCL_NEW_ID', 20, null, 'nccl_id', "a unique id for a communicator's rebuild"],
   ['NCCL_REBUILD', 21, 'nccl_rebuild_req', null, 'make one communicator again'],
+  ['FRAMEWORK_FREE', 22, 'framework_req', 'framework_rep', "memory the framework's allocator holds unused, from its in-process hook"],
 ];
 
 /** The header, in order: defines, enums, flags, structs, asserts and the message enum (kind 'messages'). */
@@ -593,4 +594,30 @@ Failures of NCCL itself: -EIO with an error text.`,
   },
   { kind: 'struct', name: 'nccl_id', fields: [['u8', 'id', { len: '128', as: 'buffer' }]] },
   { kind: 'struct', name: 'nccl_rebuild_req', fields: [['u64', 'key'], ['u8', 'id', { len: '128', as: 'buffer' }]] },
+  {
+    kind: 'enum',
+    name: 'framework_state',
+    ts: 'FrameworkState',
+    doc: 'What FRAMEWORK_FREE learnt from the in-process hook (shim/python/).',
+    values: [
+      ['GPCK_FRAMEWORK_NO_HOOK', 0, 'no hook in this process: nothing to ask'],
+      ['GPCK_FRAMEWORK_RANGES', 1, 'ranges hold the memory the framework holds but no tensor uses'],
+      ['GPCK_FRAMEWORK_IDLE', 2, 'a hook, but no framework using the GPU in this process'],
+      ['GPCK_FRAMEWORK_FAILED', 3, 'the hook could not read the framework consistently: why says why'],
+    ],
+  },
+  { kind: 'define', name: 'GPCK_MAX_FREE_RANGES', value: '8000u', doc: 'the largest ranges first; smaller ones are copied', js: 'maxFreeRanges' },
+  { kind: 'struct', name: 'framework_req', fields: [['u32', 'timeout_ms', { doc: 'how long to wait for the hook' }], ['u32', 'reserved']] },
+  { kind: 'struct', name: 'free_range', fields: [['u64', 'addr'], ['u64', 'size']] },
+  {
+    kind: 'struct',
+    name: 'framework_rep',
+    fields: [
+      ['u32', 'state', { doc: 'GPCK_FRAMEWORK_*' }],
+      ['u32', 'count', { as: 'skip' }],
+      ['char', 'framework', { len: '32', doc: "the framework's name, e.g. PyTorch" }],
+      ['char', 'why', { len: 'GPCK_NAME_LEN', doc: 'GPCK_FRAMEWORK_FAILED: the reason, one line' }],
+      ['free_range', 'ranges', { flex: true, count: 'count' }],
+    ],
+  },
 ];

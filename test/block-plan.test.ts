@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ParentBlocks, planBlocks, zeroRanges } from '../controller/image/chain.js';
+import { unusedWithin, withoutUnused } from '../controller/image/unused-ranges.js';
 import { placeHeld } from '../controller/engine/held-memory.js';
 import { MAX_RANGES_PER_COPY, packAll } from '../controller/engine/staging-plan.js';
 
@@ -21,6 +22,34 @@ function digests(blocks: number, zero: (k: number) => boolean): Buffer {
 }
 
 const range = (block: number, blocks: number, device = 0, base = BASE) => ({ device, addr: base + BigInt(block * BLOCK), size: BigInt(blocks * BLOCK) });
+
+describe('unused ranges', () => {
+  const a = { device: 0, addr: BASE, size: BigInt(8 * BLOCK) };
+  const b = { device: 1, addr: BASE + (1n << 40n), size: BigInt(2 * BLOCK) };
+
+  it('keeps the parts of free ranges inside allocations, on their devices, merged', () => {
+    const free = [
+      { addr: BASE + BigInt(7 * BLOCK), size: BigInt(4 * BLOCK) }, // runs past a's end
+      { addr: BASE - 4096n, size: BigInt(BLOCK) + 4096n }, // starts before a
+      { addr: BASE + BigInt(BLOCK), size: BigInt(BLOCK) }, // touches the one before: merged
+      { addr: b.addr + 4096n, size: 4096n },
+      { addr: BASE + BigInt(100 * BLOCK), size: 4096n }, // in no allocation
+    ];
+    expect(unusedWithin([b, a], free)).toEqual([range(0, 2), range(7, 1), { device: 1, addr: b.addr + 4096n, size: 4096n }]);
+    // Two allocations end to end, one free range over both: one range in each.
+    const next = { device: 0, addr: a.addr + a.size, size: BigInt(BLOCK) };
+    expect(unusedWithin([a, next], [{ addr: BASE + BigInt(7 * BLOCK), size: BigInt(2 * BLOCK) }])).toEqual([range(7, 1), range(8, 1)]);
+  });
+
+  it('takes them out of the ranges to copy, and lets a child store what a parent left out', () => {
+    expect(withoutUnused([a], [range(1, 2), range(5, 1)])).toEqual([range(0, 1), range(3, 2), range(6, 2)]);
+    expect(withoutUnused([range(2, 1)], [range(1, 4)])).toEqual([]);
+    // The parent has the same digests, but left blocks 2-3 out: the child stores them.
+    const d = digests(8, () => false);
+    const parent = new ParentBlocks([a], [d], BLOCK, [{ device: 0, addr: BASE + BigInt(2 * BLOCK) + 4096n, size: BigInt(BLOCK) }]);
+    expect(planBlocks([a], [d], BLOCK, parent).stored).toEqual([range(2, 2)]);
+  });
+});
 
 describe('planBlocks', () => {
   // 10 blocks, the last one 100 KiB: zeros at 1, 3-5 and 9.

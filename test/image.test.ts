@@ -264,23 +264,24 @@ describe('manifest encoding', () => {
     expect(codeOf(() => encodeManifest(m))).toBe('INTERNAL');
   });
 
+  /** Drops allocation ai's frames, the others packed again from offset 0. */
+  const withoutFramesOf = (m: Manifest, ai: number): Manifest => {
+    const a = m.allocations[ai]!;
+    m.data.frames = m.data.frames.filter((f) => !(f.device === a.device && f.addr >= a.addr && f.addr < a.addr + a.size));
+    let offset = 0n;
+    for (const f of m.data.frames) {
+      f.offset = offset;
+      offset += BigInt(f.compressedLength);
+    }
+    m.data.storedBytes = offset;
+    m.data.rawBytes = m.data.frames.reduce((n, f) => n + BigInt(f.length), 0n);
+    return m;
+  };
+
   describe('all-zero blocks (format 2): an allocation may lack frames only where its digests say zeros', () => {
     /** Digests of 4 KiB blocks: allocation zero (all zeros in sampleContents) 0, the others not. */
     const withDigests = (m: Manifest, zero: number): Manifest => {
       m.blocks = { size: 4096, digests: m.allocations.map((a, i) => Buffer.alloc(8 * Math.ceil(Number(a.size) / 4096), i === zero ? 0 : 1)) };
-      return m;
-    };
-    /** Drops allocation ai's frames, the others packed again from offset 0. */
-    const withoutFramesOf = (m: Manifest, ai: number): Manifest => {
-      const a = m.allocations[ai]!;
-      m.data.frames = m.data.frames.filter((f) => !(f.device === a.device && f.addr >= a.addr && f.addr < a.addr + a.size));
-      let offset = 0n;
-      for (const f of m.data.frames) {
-        f.offset = offset;
-        offset += BigInt(f.compressedLength);
-      }
-      m.data.storedBytes = offset;
-      m.data.rawBytes = m.data.frames.reduce((n, f) => n + BigInt(f.length), 0n);
       return m;
     };
     it('a gap of all-zero blocks is zeros', () => {
@@ -294,6 +295,36 @@ describe('manifest encoding', () => {
     });
     it('without digests, any gap is missing data', () => {
       expect(checkManifest(withoutFramesOf(sampleManifest(), 1)).ok).toBe(false);
+    });
+  });
+
+  describe('unused ranges (format 4): a gap the framework held unused needs no data', () => {
+    const unusedAll = (m: Manifest, ai: number): Manifest => {
+      const a = m.allocations[ai]!;
+      m.version = FORMAT_VERSION;
+      m.unused = [{ device: a.device, addr: a.addr, size: a.size }];
+      return m;
+    };
+    it('an allocation wholly unused has no frame, and round-trips', () => {
+      const m = unusedAll(withoutFramesOf(sampleManifest(), 1), 1);
+      expect(checkManifest(m).ok).toBe(true);
+      expect(decodeManifest(encodeManifest(m), 'm').unused).toEqual(m.unused);
+    });
+    it('a gap only partly unused is missing data', () => {
+      const m = unusedAll(withoutFramesOf(sampleManifest(), 1), 1);
+      m.unused![0]!.size -= 4096n;
+      expect(checkManifest(m)).toMatchObject({ ok: false, problem: expect.stringMatching(/allocation 1 .* has no data for/) });
+    });
+    it('refuses a range outside one allocation, ranges out of order, and unused ranges before format 4', () => {
+      const outside = unusedAll(sampleManifest(), 1);
+      outside.unused![0]!.size += 1n;
+      expect(checkManifest(outside)).toMatchObject({ ok: false, problem: expect.stringMatching(/unused\[0\] .* is not inside one allocation/) });
+      const twice = unusedAll(sampleManifest(), 1);
+      twice.unused!.push({ ...twice.unused![0]! });
+      expect(checkManifest(twice)).toMatchObject({ ok: false, problem: expect.stringMatching(/unused\[1\] .* overlaps or precedes/) });
+      const old = unusedAll(sampleManifest(), 1);
+      old.version = 3;
+      expect(checkManifest(old)).toMatchObject({ ok: false, problem: expect.stringMatching(/unused ranges come from format version 4/) });
     });
   });
 

@@ -41,7 +41,7 @@ describe('checkpoint --parent', () => {
     expect(inc.storedBytes).toBeLessThan(full.storedBytes / 4);
     // Where a fixed cost would come from: every step of setup and of the pause.
     expect(Object.keys(inc.setupPhases)).toEqual(['status', 'parent', 'writer', 'kernel']);
-    expect(Object.keys(inc.pausePhases)).toEqual(['quiesce', 'allocations', 'digest', 'plan', 'staging', 'copy', 'release']);
+    expect(Object.keys(inc.pausePhases)).toEqual(['quiesce', 'allocations', 'framework', 'digest', 'plan', 'staging', 'copy', 'release']);
     expect(Object.keys(inc.commitPhases)).toEqual(['appends', 'sync', 'directory', 'install']);
     // When the bytes went to the file: the first write within the command, what the pause had written within the image.
     expect(inc.writes.firstSeconds).toBeGreaterThan(0);

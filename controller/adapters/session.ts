@@ -23,6 +23,7 @@ import {
   type CopyRange,
   type CopyReply,
   type DeviceInfo,
+  type FrameworkReply,
   type HelloReply,
   type Messages,
   type NativeError,
@@ -191,6 +192,14 @@ export class ShimSession {
 
   resume(): Promise<{ closedNs: number }> {
     return this.request('RESUME', 'resume');
+  }
+
+  /**
+   * What the application's framework (its in-process hook) holds unused;
+   * only while this session holds the application paused.
+   */
+  frameworkFree(timeoutMs: number): Promise<FrameworkReply> {
+    return this.request('FRAMEWORK_FREE', "ask the framework's allocator", { timeoutMs }, { timeoutMs: timeoutMs + REQUEST_TIMEOUT_MS });
   }
 
   async listAllocations(): Promise<AllocEntry[]> {

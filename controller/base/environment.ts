@@ -23,6 +23,8 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_ALLOW_IO_URING', 'flag'],
   ['GPUCKPT_DRIVER_WARMUP', 'flag'],
   ['GPUCKPT_SHUFFLE', 'shuffle'],
+  ['GPUCKPT_FRAMEWORK_HOOK', 'flag'],
+  ['GPUCKPT_FRAMEWORK_WAIT', 'seconds'],
 ];
 
 const VALID: Record<Kind, [RegExp, string]> = {

@@ -27,6 +27,7 @@ import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { readParent, writePoolImage, type CheckpointOptions, type CheckpointSummary } from './pool-image.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
+import { askFramework } from './framework-free.js';
 import { criuDump, type Criu } from '../adapters/criu.js';
 import { driverState, driverThaw } from '../adapters/driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
@@ -121,9 +122,10 @@ export async function checkpointLeavingRunning(
     let snapshot;
     try {
       const allocations = await session.listAllocations();
+      const framework = opts.wholePool ? undefined : await askFramework(session, allocations);
       const d0 = performance.now();
       const digests = kernel ? await digestAllocations(session, allocations, DIGEST_BLOCK) : undefined;
-      snapshot = { allocations, digests, digestSeconds: (performance.now() - d0) / 1000 };
+      snapshot = { allocations, digests, digestSeconds: (performance.now() - d0) / 1000, ...(framework ? { framework } : {}) };
     } catch (e) {
       await session.resume().catch(() => undefined);
       throw e;

@@ -18,6 +18,8 @@ import { LiveCopy, liveStagingBytes, type LivePlan, type LiveStats } from './liv
 import { bytesOf, manifestSha256, openChain, parentBlocks, planBlocks, refuseReplacingChain, samePool, type ParentBlocks, type ZeroBlocks } from '../image/chain.js';
 import { DIGEST_BLOCK } from '../image/format.js';
 import { planesMode } from '../image/byte-planes.js';
+import { withoutUnused } from '../image/unused-ranges.js';
+import { askFramework, type FrameworkUse } from './framework-free.js';
 import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type FrameRecord, type Manifest, type ParentRecord } from '../image/index.js';
 import { commandLine } from '../adapters/processes.js';
 import { Progress } from '../base/progress.js';
@@ -61,6 +63,8 @@ export interface CheckpointOptions {
    * member's): a stream of the image follows its frames (image/stream.ts).
    */
   onWriter?: (writer: ImageWriter, dir: string) => void;
+  /** Take every byte of the pool, even what the framework holds unused (framework-free.ts). */
+  wholePool?: boolean;
 }
 
 /** What the pause of a copy on the GPU took along: the shim's mirror (GPCK_PEER_MIRROR) maps the copy. */
@@ -69,6 +73,8 @@ export interface GpuSnapshot {
   digests?: Buffer[];
   digestSeconds: number;
   pauseSeconds: number;
+  /** What the framework held unused in that pause. */
+  framework?: FrameworkUse;
 }
 
 export interface CheckpointSummary {
@@ -90,6 +96,8 @@ export interface CheckpointSummary {
   poolBytes: number;
   /** Bytes of all-zero blocks: neither copied nor stored (the restore sets them to zero). */
   zeroBytes: number;
+  /** What the application's framework held unused, left out (or why the whole pool was taken). */
+  framework?: FrameworkUse;
   parent?: string;
   /** Time the digest kernel took inside the pause. */
   digestSeconds: number;
@@ -227,6 +235,7 @@ export async function writePoolImage(
       outsidePool: { ...outside },
       data: { file: 'pool.zst', frames: run.frames, rawBytes: run.rawBytes, storedBytes: writer.storedBytes },
       ...(run.digests ? { blocks: { size: run.blockSize, digests: run.digests } } : {}),
+      ...(run.framework?.unused.length ? { unused: run.framework.unused } : {}),
       ...(parent ? { parent: parent.record } : {}),
       stats: {
         digestSeconds: run.digestSeconds,
@@ -263,6 +272,7 @@ export async function writePoolImage(
       ringMode: run.ringMode,
       poolBytes: bytesOf(run.allocations),
       zeroBytes: run.zeroBytes,
+      ...(run.framework ? { framework: run.framework } : {}),
       ...(parent ? { parent: parent.record.path } : {}),
       digestSeconds: round(run.digestSeconds, 4),
       phases: clock.phases,
@@ -334,6 +344,7 @@ interface CopyRun {
   digestSeconds: number;
   /** Bytes of all-zero blocks, left out of the copy and of the image. */
   zeroBytes: number;
+  framework?: FrameworkUse;
   frames: FrameRecord[];
   rawBytes: bigint;
   pauseSeconds: number;
@@ -394,6 +405,7 @@ async function copyAndCompress(
   let digests: Buffer[] | undefined;
   let digestSeconds = 0;
   let zeros: ZeroBlocks = { bytes: 0, fills: [] };
+  let framework: FrameworkUse | undefined;
   const blockSize = parent?.digests.blockSize ?? DIGEST_BLOCK;
   let copied = 0;
   // Staging cannot hold every piece at once: regions are reused.
@@ -402,6 +414,9 @@ async function copyAndCompress(
   try {
     allocations = snapshot?.allocations ?? (await session.listAllocations());
     pauseClock.mark('allocations');
+    // A live image's rounds copy while the framework moves on: whole pool.
+    framework = snapshot ? snapshot.framework : live || opts.wholePool ? undefined : await askFramework(session, allocations);
+    pauseClock.mark('framework');
     const d0 = performance.now();
     digests = snapshot ? snapshot.digests : kernelLoaded ? await digestAllocations(session, allocations, blockSize) : undefined;
     digestSeconds = snapshot?.digestSeconds ?? (performance.now() - d0) / 1000;
@@ -412,7 +427,7 @@ async function copyAndCompress(
     if (plan) zeros = plan.zeros;
     pauseClock.mark('plan');
     if (live) await copyChanged(live.finish(allocations, digests!, parent?.digests));
-    else await copyPacked(splitIntoPieces(plan?.stored ?? allocations));
+    else await copyPacked(splitIntoPieces(withoutUnused(plan?.stored ?? allocations, framework?.unused ?? [])));
     pauseClock.mark('copy');
     // Everything is in staging: the application may run again (or, for a
     // suspend, the GPU memory can go).
@@ -552,6 +567,7 @@ async function copyAndCompress(
     blockSize,
     digestSeconds,
     zeroBytes: zeros.bytes,
+    ...(framework ? { framework } : {}),
     frames,
     rawBytes: BigInt(pieces.reduce((s, p) => s + p.length, 0)),
     pauseSeconds,

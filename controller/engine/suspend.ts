@@ -25,6 +25,7 @@ import { endDriverKeeper, startDriverKeeper } from '../adapters/driver-keeper.js
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import { loadDigestKernels } from './block-digests.js';
+import type { FrameworkUse } from './framework-free.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
 import { ImageReader } from '../image/index.js';
@@ -55,6 +56,8 @@ export interface SuspendSummary {
   zeroBytes: number;
   /** Bytes of the image; 0 while the data is held in memory. */
   storedBytes: number;
+  /** Through an image: what the framework held unused, left out of it. */
+  framework?: FrameworkUse;
   /** The DMA out, in the application's pause (of the bytes it moved). */
   copyGBps: number;
   /** From the start to the pool's GPU memory being released. */
@@ -221,7 +224,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
       });
     }
     clock.mark('image');
-    return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu };
+    return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu, ...(written.framework ? { framework: written.framework } : {}) };
   } finally {
     session.close();
   }

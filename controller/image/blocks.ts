@@ -19,10 +19,16 @@ export class AllocationBlocks {
     private readonly a: AllocationRecord,
     private readonly size: number,
     d: Uint8Array,
+    /** 1 for a block whose bytes an image does not hold (a parent's unused ranges). */
+    private readonly absentMask?: Uint8Array,
   ) {
     this.view = new DataView(d.buffer, d.byteOffset, d.byteLength);
     this.count = d.byteLength >>> 3;
     this.total = Number(a.size);
+  }
+
+  absent(k: number): boolean {
+    return this.absentMask?.[k] === 1;
   }
 
   isZero(k: number): boolean {

@@ -13,6 +13,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_CHAIN_LENGTH } from './format.js';
 import { AllocationBlocks } from './blocks.js';
+import { firstEndingAfter } from './unused-ranges.js';
 import { hex } from './manifest-check.js';
 import type { AllocationRecord, FrameRecord, Manifest } from './manifest-types.js';
 import { ImageReader } from './reader.js';
@@ -147,6 +148,8 @@ export function planChain(chain: ImageReader[]): ChainPlan {
   // Per allocation, the address ranges still without data, sorted.
   const missing = newest.allocations.map((a) => ({ a, gaps: [{ start: a.addr, end: a.addr + a.size }] }));
   const sorted = [...missing].sort((x, y) => (x.a.addr < y.a.addr ? -1 : 1));
+  // What the framework held unused needs no data from anywhere.
+  for (const u of newest.unused ?? []) for (const owner of overlapping(sorted, { device: u.device, addr: u.addr, length: u.size })) owner.gaps = take(owner.gaps, u.addr, u.addr + u.size, []);
   const sources: ChainSource[] = [];
   chain.forEach((reader, image) => {
     if (image === 1) carveZeros();
@@ -209,7 +212,7 @@ function take(gaps: { start: bigint; end: bigint }[], start: bigint, end: bigint
 }
 
 /** The newest image's allocations on the frame's device that share bytes with it. */
-function overlapping<T extends { a: AllocationRecord }>(sorted: T[], frame: FrameRecord): T[] {
+function overlapping<T extends { a: AllocationRecord }>(sorted: T[], frame: Pick<FrameRecord, 'device' | 'addr'> & { length: number | bigint }): T[] {
   const end = frame.addr + BigInt(frame.length);
   // The first allocation ending after the frame's start.
   let lo = 0;
@@ -236,10 +239,11 @@ export class ParentBlocks {
   /** Per device, the parent's allocations by address. */
   private readonly byDevice = new Map<number, { addr: bigint; end: bigint; blocks: AllocationBlocks }[]>();
 
-  constructor(allocs: AllocationRecord[], digests: Uint8Array[], readonly blockSize: number) {
+  /** unused: the parent's ranges in no frame of it (Manifest.unused), whose blocks a child must store itself. */
+  constructor(allocs: AllocationRecord[], digests: Uint8Array[], readonly blockSize: number, unused: AllocationRecord[] = []) {
     allocs.forEach((a, i) => {
       const list = this.byDevice.get(a.device) ?? [];
-      list.push({ addr: a.addr, end: a.addr + a.size, blocks: new AllocationBlocks(a, blockSize, digests[i]!) });
+      list.push({ addr: a.addr, end: a.addr + a.size, blocks: new AllocationBlocks(a, blockSize, digests[i]!, absentBlocks(a, blockSize, unused)) });
       this.byDevice.set(a.device, list);
     });
     for (const list of this.byDevice.values()) list.sort((x, y) => (x.addr < y.addr ? -1 : x.addr > y.addr ? 1 : 0));
@@ -262,7 +266,7 @@ export class ParentBlocks {
   /** Whether block k of allocation a (its digests b) is unchanged since the parent. */
   unchangedIn(a: AllocationRecord, b: AllocationBlocks): (k: number) => boolean {
     // The parent's block j is the child's block k: same length, same digest.
-    const sameBlock = (p: AllocationBlocks, j: number, k: number) => j < p.count && p.bytes(j, j + 1) === b.bytes(k, k + 1) && p.sameDigest(j, b, k);
+    const sameBlock = (p: AllocationBlocks, j: number, k: number) => j < p.count && !p.absent(j) && p.bytes(j, j + 1) === b.bytes(k, k + 1) && p.sameDigest(j, b, k);
     const same = this.holding(a.device, a.addr);
     // Usually the parent has the same allocation: block k against block k.
     if (same && same.addr === a.addr) return (k) => sameBlock(same.blocks, k, k);
@@ -277,7 +281,21 @@ export class ParentBlocks {
 
 /** A manifest's block digests as a parent (undefined when it has none). */
 export function parentBlocks(m: Manifest): ParentBlocks | undefined {
-  return m.blocks ? new ParentBlocks(m.allocations, m.blocks.digests, m.blocks.size) : undefined;
+  return m.blocks ? new ParentBlocks(m.allocations, m.blocks.digests, m.blocks.size, m.unused) : undefined;
+}
+
+/** Which blocks of a share bytes with the unused ranges (sorted); undefined for none. */
+function absentBlocks(a: AllocationRecord, blockSize: number, unused: AllocationRecord[]): Uint8Array | undefined {
+  let absent: Uint8Array | undefined;
+  const end = a.addr + a.size;
+  for (let i = firstEndingAfter(unused, a.addr); i < unused.length && unused[i]!.addr < end; i++) {
+    const u = unused[i]!;
+    absent ??= new Uint8Array(Math.ceil(Number(a.size) / blockSize));
+    const from = Math.floor(Number((u.addr > a.addr ? u.addr : a.addr) - a.addr) / blockSize);
+    const to = Math.ceil(Number((u.addr + u.size < end ? u.addr + u.size : end) - a.addr) / blockSize);
+    absent.fill(1, from, to);
+  }
+  return absent;
 }
 
 /** The all-zero blocks of allocs (digest 0), consecutive ones of an allocation as one range. */

@@ -14,8 +14,12 @@ export const DATA_FILE = 'pool.zst';
  * none out, so both are read.
  * 3: a frame may hold its raw bytes as byte planes (FrameRecord.planes),
  * put back into elements after decompression.
+ * 4: ranges the framework held unused (Manifest.unused) are in no frame, and
+ * a restore leaves them as they are.
  */
-export const FORMAT_VERSION = 3;
+export const FORMAT_VERSION = 4;
+/** The first version that may leave unused ranges out. */
+export const UNUSED_FORMAT_VERSION = 4;
 /** The first version whose frames may hold byte planes. */
 export const PLANES_FORMAT_VERSION = 3;
 /** The oldest format version this gpuckpt reads. */

@@ -12,7 +12,9 @@
  * - the frames of each allocation cover it exactly (no gap, no overlap), so
  *   restoring the frames restores every byte of every allocation, once,
  *   but for two kinds of gap: blocks whose digest is 0 (all zeros: the
- *   restore sets them to zero), and, in an image with a parent, any (those
+ *   restore sets them to zero), the ranges the framework held unused
+ *   (`unused`: inside allocations, sorted, disjoint; a restore leaves them
+ *   as they are), and, in an image with a parent, any (those
  *   bytes come from the parent chain, checked when the chain is opened);
  *   never overlaps. A reader that does not know either refuses such an
  *   image on its gaps;
@@ -40,7 +42,8 @@ import type {
   PoolLayout,
 } from './manifest-types.js';
 import { AllocationBlocks } from './blocks.js';
-import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANES_FORMAT_VERSION } from './format.js';
+import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANES_FORMAT_VERSION, UNUSED_FORMAT_VERSION } from './format.js';
+import { firstEndingAfter } from './unused-ranges.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
 
@@ -169,6 +172,10 @@ function checkShape(value: unknown): Manifest {
   }
 
   if (o.blocks !== undefined) manifest.blocks = checkBlocks(o.blocks, allocations);
+  if (o.unused !== undefined) {
+    if ((o.version as number) < UNUSED_FORMAT_VERSION) fail(`unused ranges come from format version ${UNUSED_FORMAT_VERSION} on`);
+    manifest.unused = checkUnused(o.unused, allocations);
+  }
   if (o.parent !== undefined) {
     const pr = obj(o.parent, 'parent');
     const parent: ParentRecord = { path: str(pr.path, 'parent.path'), manifestSha256: bin(pr.manifestSha256, 'parent.manifestSha256', 32) };
@@ -233,19 +240,46 @@ function checkBlocks(v: unknown, allocations: AllocationRecord[]): BlockDigests 
   };
 }
 
+/** Each range inside one allocation, on its device; sorted by address and disjoint. */
+function checkUnused(v: unknown, allocations: AllocationRecord[]): AllocationRecord[] {
+  const sorted = [...allocations].sort((x, y) => cmp(x.addr, y.addr));
+  let prevEnd = -1n;
+  return arr(v, 'unused').map((r, i) => {
+    const u = obj(r, `unused[${i}]`);
+    const range: AllocationRecord = { device: int(u.device, `unused[${i}].device`, 0, MAX_DEVICES - 1), addr: big(u.addr, `unused[${i}].addr`), size: big(u.size, `unused[${i}].size`) };
+    const a = sorted[firstEndingAfter(sorted, range.addr)];
+    if (range.size === 0n || !a || a.device !== range.device || a.addr > range.addr || range.addr + range.size > a.addr + a.size)
+      fail(`unused[${i}] (device ${range.device}, ${hex(range.addr)}+${hex(range.size)}) is not inside one allocation`);
+    if (range.addr < prevEnd) fail(`unused[${i}] (${hex(range.addr)}) overlaps or precedes the range before it`);
+    prevEnd = range.addr + range.size;
+    return range;
+  });
+}
+
 /** Whether allocation ai may be without a frame for [start, end): see the header comment. */
 type GapRule = (ai: number, start: bigint, end: bigint) => boolean;
 
 function gapRule(m: Manifest): GapRule {
   if (m.parent) return () => true;
   const blocks = m.blocks;
-  if (!blocks) return () => false;
-  return (ai, start, end) => {
+  const unused = m.unused ?? [];
+  // The gap's bytes outside the unused ranges must be zero blocks.
+  const zeros = (ai: number, start: bigint, end: bigint): boolean => {
+    if (!blocks) return false;
     const a = m.allocations[ai]!;
     const b = new AllocationBlocks(a, blocks.size, blocks.digests[ai]!);
     const last = Math.floor(Number(end - a.addr - 1n) / blocks.size);
     for (let k = Math.floor(Number(start - a.addr) / blocks.size); k <= last; k++) if (!b.isZero(k)) return false;
     return true;
+  };
+  return (ai, start, end) => {
+    let at = start;
+    for (let i = firstEndingAfter(unused, at); i < unused.length && unused[i]!.addr < end; i++) {
+      const u = unused[i]!;
+      if (u.addr > at && !zeros(ai, at, u.addr)) return false;
+      at = u.addr + u.size;
+    }
+    return at >= end || zeros(ai, at, end);
   };
 }
 

@@ -92,6 +92,12 @@ export interface Manifest {
   outsidePool: OutsidePoolBytes;
   data: DataSection;
   blocks?: BlockDigests;
+  /**
+   * Ranges of the allocations the application's framework held but no
+   * tensor used (sorted, disjoint): in no frame, and a restore leaves them
+   * as they are. From format version 4.
+   */
+  unused?: AllocationRecord[];
   parent?: ParentRecord;
   /** Informational only (timings, counters); never affects restore. */
   stats?: Record<string, number>;

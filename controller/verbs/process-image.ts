@@ -32,6 +32,7 @@ import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { CodecPool } from '../engine/codec-pool.js';
+import { describeFrameworkUse } from '../engine/framework-free.js';
 import { packCriuPages, unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
 import { MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
@@ -138,6 +139,7 @@ export async function checkpointProcess(
       const packed = await pack().finally(() => packer?.close());
       const syncSeconds = await makeDurable(work, pid, true);
       await publishImage(work, target, !!opts.force);
+      if (left.image.framework) notes.push(describeFrameworkUse(left.image.framework));
       return summaryOf({
         rawBytes: left.image.poolBytes,
         storedBytes: left.image.storedBytes,
@@ -170,6 +172,7 @@ export async function checkpointProcess(
     clock.mark('cut');
     suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
     clock.mark('suspend');
+    for (const m of suspended) if (m.framework) notes.push(`process ${m.pid}: ${describeFrameworkUse(m.framework)}`);
   } catch (e) {
     const why = await cut?.recover();
     cut?.close();

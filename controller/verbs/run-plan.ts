@@ -16,6 +16,8 @@ export interface RunOptions {
   poolBase?: string;
   /** The job's name (GPUCKPT_JOB_NAME), for the verbs to take instead of a PID. */
   name?: string;
+  /** false: no framework hook in the job's Python processes (shim/python/). */
+  frameworkHook?: boolean;
 }
 
 export interface RunPlan {
@@ -70,6 +72,12 @@ export function makeRunPlan(command: string[], opts: RunOptions): RunPlan {
   if (opts.name !== undefined) {
     if (!JOB_NAME.test(opts.name)) throw new GpuckptError('BAD_ARGUMENT', `--name "${opts.name}" must start with a letter and hold only letters, digits, _ . - (at most 64)`);
     env.GPUCKPT_JOB_NAME = opts.name;
+  }
+  if (opts.frameworkHook !== false) {
+    // Python programs start the hook that tells images what PyTorch holds unused.
+    const hook = join(packageRoot(), 'shim', 'python');
+    const path = process.env.PYTHONPATH;
+    env.PYTHONPATH = path ? `${hook}${delimiter}${path}` : hook;
   }
   const shim = shimPath();
   const preload = process.env.LD_PRELOAD;

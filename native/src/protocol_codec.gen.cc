@@ -183,6 +183,13 @@ bool Encode_nccl_rebuild_req(const Napi::Object& args, std::vector<uint8_t>& out
   return true;
 }
 
+bool Encode_framework_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_framework_req v{};
+  v.timeout_ms = static_cast<uint32_t>(ToU64(args.Get("timeoutMs")));
+  Append(out, v);
+  return true;
+}
+
 void Decode_hello_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
   if (b.size() < sizeof(gpck_hello_rep)) return;
   const auto* r = reinterpret_cast<const gpck_hello_rep*>(b.data());
@@ -353,6 +360,25 @@ void Decode_nccl_id(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& 
   o.Set("id", Napi::Buffer<uint8_t>::Copy(env, r->id, sizeof(r->id)));
 }
 
+void Decode_framework_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_framework_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_framework_rep*>(b.data());
+  o.Set("state", Napi::Number::New(env, static_cast<double>(r->state)));
+  o.Set("framework", Napi::String::New(env, std::string(r->framework, strnlen(r->framework, sizeof(r->framework)))));
+  o.Set("why", Napi::String::New(env, std::string(r->why, strnlen(r->why, sizeof(r->why)))));
+  {
+    uint32_t n = (b.size() >= sizeof(*r) + r->count * sizeof(r->ranges[0]) ? r->count : 0);
+    Napi::Array a = Napi::Array::New(env, n);
+    for (uint32_t i = 0; i < n; i++) {
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("addr", Napi::BigInt::New(env, static_cast<uint64_t>((&r->ranges[i])->addr)));
+      e.Set("size", Napi::BigInt::New(env, static_cast<uint64_t>((&r->ranges[i])->size)));
+      a.Set(i, e);
+    }
+    o.Set("ranges", a);
+  }
+}
+
 }  // namespace
 
 bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
@@ -399,6 +425,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return true;
     case GPCK_NCCL_REBUILD:
       return Encode_nccl_rebuild_req(args, out, err);
+    case GPCK_FRAMEWORK_FREE:
+      return Encode_framework_req(args, out, err);
     default:
       err = "unknown request type " + std::to_string(type);
       return false;
@@ -455,6 +483,9 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       break;
     case GPCK_NCCL_NEW_ID:
       Decode_nccl_id(env, b, o);
+      break;
+    case GPCK_FRAMEWORK_FREE:
+      Decode_framework_rep(env, b, o);
       break;
     default:
       break;

@@ -17,6 +17,7 @@
 #include "block_digest.h"
 #include "bounce.h"
 #include "collective_handlers.h"
+#include "framework_hook.h"
 #include "peer_hold.h"
 #include "spare_memory.h"
 
@@ -830,6 +831,22 @@ static int handle_peer_hold(struct gp_request *r)
         return err;
     }
     given->count = 0; /* held */
+    return 0;
+}
+
+static int handle_framework_free(struct gp_request *r)
+{
+    const struct gpck_framework_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
+        return -EPROTO;
+    /* What is unused is only still unused while the application is held. */
+    if (gate_holder != r->client)
+        return -EPERM;
+    struct gpck_framework_rep *rep = r->reply;
+    uint32_t count = 0;
+    gp_framework_ask(req->timeout_ms, &rep->state, rep->framework, rep->why, rep->ranges, GPCK_MAX_FREE_RANGES, &count);
+    rep->count = count;
+    r->reply_len = (uint32_t)(sizeof(*rep) + count * sizeof(struct gpck_free_range));
     return 0;
 }
 

@@ -33,6 +33,7 @@ struct gate_slot {
     atomic_long depth;
     atomic_ulong calls;
     atomic_int taken;
+    atomic_bool exempt; /* passes a closed gate (gp_gate_exempt_self) */
     bool shared; /* the fallback slot: several threads, locked updates */
     struct gate_slot *next;
 } __attribute__((aligned(64)));
@@ -74,6 +75,7 @@ static void release_slot(void *p)
     if (!s || s->shared)
         return;
     atomic_store_explicit(&s->depth, 0, memory_order_release);
+    atomic_store_explicit(&s->exempt, false, memory_order_relaxed);
     atomic_store_explicit(&s->taken, 0, memory_order_release);
 }
 
@@ -120,6 +122,8 @@ static void depth_add(struct gate_slot *s, long d)
 
 static void wait_while_closed(struct gate_slot *s)
 {
+    if (atomic_load(&s->exempt))
+        return;
     for (;;) {
         depth_add(s, -1);
         pthread_mutex_lock(&wait_lock);
@@ -156,6 +160,15 @@ void gp_gate_enter(void)
 void gp_gate_exit(void)
 {
     depth_add(my_slot, -1);
+}
+
+void gp_gate_exempt_self(bool on)
+{
+    struct gate_slot *s = my_slot;
+    if (!s)
+        s = my_slot = claim_slot();
+    if (!s->shared) /* the fallback slot is other threads' too */
+        atomic_store(&s->exempt, on);
 }
 
 /* ---- the closer ---- */

@@ -20,6 +20,10 @@ int gp_gate_close(uint32_t timeout_ms, uint64_t *drain_ns);
 /* Reopens; returns how long it was closed, in ns. */
 uint64_t gp_gate_open(void);
 bool gp_gate_is_closed(void);
+/* The calling thread passes a closed gate while on: the framework hook's
+ * thread, reading its allocator inside a pause (control/framework_hook.c),
+ * which makes no call that needs the GPU still. */
+void gp_gate_exempt_self(bool on);
 uint64_t gp_gate_calls(void);
 /* After fork in a child of a CUDA process: the driver is unusable there and
  * no controller can reach it, so calls pass straight through. */

@@ -1005,8 +1005,14 @@ async function jobProcessScenario(name, job) {
   try {
     const ready = await p.nextLine('ready', 240_000);
     const pid = ready.pid;
-    const got = [...(await p.send(`train ${steps}`, 'trained', 300_000)).losses];
-    const m = {};
+    // A --gpu-only image taken while it trains: the framework hook answers
+    // inside the pause, or the image says why it took the whole pool.
+    const training = p.send(`train ${steps}`, 'trained', 300_000);
+    await sleep(300);
+    const mid = await cliJson(['checkpoint', String(pid), '--gpu-only', '-o', path.join(p.dir, 'mid-training'), '--json'], 600_000);
+    fs.rmSync(path.join(p.dir, 'mid-training'), { recursive: true, force: true });
+    const got = [...(await training).losses];
+    const m = job === 'torch' ? { ...(await liveBytes(p, pid)), mid_training_unused_MB: mb(mid.framework?.unusedBytes ?? 0), mid_training_why: mid.framework?.wholePoolBecause ?? '' } : {};
     const sameAs = (losses, from, what) => {
       const d = losses.findIndex((l, i) => l !== want[from + i]);
       if (d >= 0) throw failure(`${what}: loss ${from + d} differs: ${losses[d]} vs ${want[from + d]} uninterrupted`);
@@ -1026,6 +1032,8 @@ async function jobProcessScenario(name, job) {
 
     const ours = path.join(p.dir, 'gpuckpt');
     const ck = await cliJson(['checkpoint', String(pid), '-o', ours, '--json'], 600_000);
+    // PyTorch's unused memory left out, and the job still bit-identical after the restore.
+    if (job === 'torch' && !ck.notes.some((n) => /PyTorch: .* left out/.test(n))) throw failure(`the whole-process image took PyTorch's unused memory: ${ck.notes.join('; ')}`);
     await waitGone(pid);
     const rs = await cliJson(['restore', ours, '--detach', '--json'], 600_000);
     got.push(...(await p.send(`train ${steps}`, 'trained', 300_000)).losses);
@@ -1056,6 +1064,37 @@ async function jobProcessScenario(name, job) {
   } finally {
     p.close();
   }
+}
+
+const mb = (bytes) => Math.round(bytes / 1e6);
+
+/**
+ * The PyTorch job idle: a --gpu-only image holds at most
+ * memory_allocated() + 5 % of raw bytes (what the caching allocator holds
+ * unused left out), beside one of the whole pool (--whole-pool).
+ */
+async function liveBytes(p, pid) {
+  const mem = await p.send('memory', 'memory');
+  const image = (name, more) => cliJson(['checkpoint', String(pid), '--gpu-only', '-o', path.join(p.dir, name), ...more, '--json'], 600_000).finally(() => fs.rmSync(path.join(p.dir, name), { recursive: true, force: true }));
+  const live = await image('live-bytes', []);
+  const whole = await image('whole-pool', ['--whole-pool']);
+  if (!live.framework || live.framework.wholePoolBecause) throw failure(`the image took the whole pool: ${live.framework?.wholePoolBecause ?? 'no framework hook answered'}`);
+  if (live.rawBytes > mem.allocated * 1.05) throw failure(`the image holds ${mb(live.rawBytes)} MB raw, more than memory_allocated() ${mb(mem.allocated)} MB + 5 %`);
+  return {
+    allocated_MB: mb(mem.allocated),
+    reserved_MB: mb(mem.reserved),
+    pool_MB: mb(live.poolBytes),
+    unused_MB: mb(live.framework.unusedBytes),
+    live_raw_MB: mb(live.rawBytes),
+    live_stored_MB: mb(live.storedBytes),
+    live_pause_s: live.pauseSeconds,
+    live_s: live.seconds,
+    framework_s: live.framework.seconds,
+    whole_raw_MB: mb(whole.rawBytes),
+    whole_stored_MB: mb(whole.storedBytes),
+    whole_pause_s: whole.pauseSeconds,
+    whole_s: whole.seconds,
+  };
 }
 
 /**

@@ -7,6 +7,7 @@ protocol on stdin/stdout:
   listen -> socket          a TCP socket listening on 127.0.0.1
   connect PATH -> socket    a Unix stream connection to PATH
   close -> closed           those sockets closed
+  memory -> memory          torch.cuda.memory_allocated() and _reserved()
   quit -> bye
 Every loss is printed as float.hex(), so runs compare bit for bit.
 
@@ -127,6 +128,8 @@ def main():
             s.connect(cmd[1])
             held.append(s)
             say({"event": "socket", "path": cmd[1]})
+        elif cmd[0] == "memory":
+            say({"event": "memory", "allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()})
         elif cmd[0] == "close":
             while held:
                 held.pop().close()
