@@ -188,13 +188,16 @@ export async function writePoolImage(
     // Sized from a status taken before the pause; if the application
     // allocates more meanwhile, the ring absorbs it.
     const most = stagingForStatus(status, opts.stagingLimit).bytes;
-    // With a parent, what moves is known only inside the pause, once the
-    // digests are in: staging is then sized to it and prepared during the
-    // copy (measured on 16 GiB with 10 % changed: preparing staging for the
-    // whole pool took more time than copying and writing the changes).
+    // With a parent, what moves is known only inside the pause. Staging is
+    // still prepared before it, as for a full image, so the pause is never
+    // the longer one: prepared during the copy, staging took the DMA to
+    // about 11 GB/s, and a job changing 43 % of an 11.4 GB pool paused
+    // 490 ms where its full image paused 232 ms (issue 26). A suspend's
+    // incremental image (the process stops anyway) sizes staging to the
+    // changes inside the pause instead: less memory, less time in all.
     // A live checkpoint's staging holds the whole pool at fixed places,
     // prepared while its first round copies.
-    if (!parent && !opts.live) await mapStagingInSetup(most, !opts.prepareDuringCopy);
+    if (!opts.live && (!parent || !opts.prepareDuringCopy)) await mapStagingInSetup(most, !opts.prepareDuringCopy);
     if (opts.live) await mapStagingInSetup(liveStagingBytes(status, opts.stagingLimit, pid), false);
     const stagingFor = async (bytes: number) => (staging ? { staging, mapped: Promise.resolve() } : mapStaging(Math.max(1 << 20, Math.min(bytes, most)), false));
 

@@ -332,7 +332,12 @@ function headline() {
     for (const [label, k, anchor] of rows) out.push(`| ${label} | **${num(m[k].median, 's')} s** | ${anchor} | — | ${host} |`);
   }
   const inc = results['incremental-16g'];
-  if (inc) out.push(`| incremental image (10 % of 16 GiB changed) | **${num(inc.metrics.inc_seconds.median, 's')} s** | full image ${num(inc.metrics.full_seconds.median, 's')} s (gpuckpt) | ${(100 * inc.metrics.time_ratio.median).toFixed(1)} % of the full | ${inc.gpus}× ${inc.gpu.replace('NVIDIA ', '')}, ${inc.date} |`);
+  if (inc) {
+    const where = `${inc.gpus}× ${inc.gpu.replace('NVIDIA ', '')}, ${inc.date}`;
+    out.push(`| incremental image (10 % of 16 GiB changed) | **${num(inc.metrics.inc_seconds.median, 's')} s** | full image ${num(inc.metrics.full_seconds.median, 's')} s (gpuckpt) | ${(100 * inc.metrics.time_ratio.median).toFixed(1)} % of the full | ${where} |`);
+    const ms = (k) => (1000 * inc.metrics[k].median).toFixed(1);
+    out.push(`| incremental image, application pause | **${ms('inc_pause_seconds')} ms** | full image ${ms('full_pause_seconds')} ms (gpuckpt) | ${(inc.metrics.full_pause_seconds.median / inc.metrics.inc_pause_seconds.median).toFixed(1)}× shorter | ${where} |`);
+  }
   const live = results['live-16g'];
   if (live) out.push(`| checkpoint --live, pause (16 GiB, 1 GiB/s rewritten) | **${(1000 * live.metrics.live_pause_seconds.median).toFixed(1)} ms** | plain checkpoint ${(1000 * live.metrics.plain_pause_seconds.median).toFixed(1)} ms (gpuckpt) | ${(live.metrics.plain_pause_seconds.median / live.metrics.live_pause_seconds.median).toFixed(1)}× | ${live.gpus}× ${live.gpu.replace('NVIDIA ', '')}, ${live.date} |`);
   const shim = results.shim;
