@@ -17,7 +17,7 @@ import { listProcesses } from '../controller/verbs/ps.js';
 import { restoreInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell, type RunOptions } from '../controller/verbs/run-plan.js';
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
-import { checkpointStreamed, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
+import { checkpointStreamed, imageBytesBound, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
 import { parseSize } from '../controller/base/units.js';
 import {
@@ -208,7 +208,7 @@ function buildProgram(): Command {
       };
       if (streamed) {
         // The passing directory is fresh; --force is about the file.
-        const summary = await checkpointStreamed(output, !!opts.force, (dir, more) => make(dir, { ...more, force: false }));
+        const summary = await checkpointStreamed(output, !!opts.force, (dir, more) => make(dir, { ...more, force: false }), await imageBytesBound(pid, opts.gpuOnly));
         if (opts.json) printJson(summary);
         else
           onStderr(() => {

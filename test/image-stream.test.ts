@@ -28,12 +28,12 @@ const pipe = (left: string[], right: string[], tmp: string) => {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 };
 
-describe('where an imported file is received', () => {
-  it('TMPDIR when set, else /dev/shm when the file fits there, else the temporary dir', async () => {
-    const { importParent } = await import('../controller/verbs/image-stream.js');
-    expect(importParent(1, { TMPDIR: '/somewhere' })).toBe(tmpdir());
-    if (existsSync('/dev/shm')) expect(importParent(1, {})).toBe('/dev/shm');
-    expect(importParent(Number.MAX_SAFE_INTEGER, {})).toBe(tmpdir());
+describe('where a streamed image passes', () => {
+  it('TMPDIR when set, else /dev/shm when the image fits there, else beside its file (or the temporary dir)', async () => {
+    const { passingParent } = await import('../controller/verbs/image-stream.js');
+    expect(passingParent(1, '/beside', { TMPDIR: '/somewhere' })).toBe(tmpdir());
+    if (existsSync('/dev/shm')) expect(passingParent(1, '/beside', {})).toBe('/dev/shm');
+    expect(passingParent(Number.MAX_SAFE_INTEGER, '/beside', {})).toBe('/beside');
   });
 });
 

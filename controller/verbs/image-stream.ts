@@ -1,14 +1,16 @@
 /**
  * Images that travel as one stream: `checkpoint -o -` and `--export FILE`,
  * `restore -` and `--import FILE`. A checkpoint still writes its image to a
- * directory (under TMPDIR for a pipe, beside the file otherwise), and the
+ * directory (in /dev/shm when the image surely fits there: the disk then
+ * sees the exported file only; else under TMPDIR for a pipe, beside the
+ * file otherwise), and the
  * stream follows its pool images' frames as they reach the disk, so that
  * `gpuckpt checkpoint PID -o - | ssh host gpuckpt restore -` costs little
  * more than the two alone; the directory goes once streamed. A received
  * stream is checked whole (image/stream.ts) before anything is restored
  * from it, and its directory goes once the job runs.
  */
-import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -19,6 +21,8 @@ import { DATA_FILE } from '../image/format.js';
 import { receiveImage, sendImage, type FollowedFile, type StreamSummary } from '../image/stream.js';
 import { fsyncDir } from '../image/durable.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
+import { readTree } from '../adapters/process-tree.js';
+import { listProcesses } from './ps.js';
 
 /** '-': standard output or input. */
 export const STDIO = '-';
@@ -27,9 +31,13 @@ export interface StreamedSummary {
   stream: StreamSummary & { seconds: number; to?: string; from?: string };
 }
 
-/** Where a streamed image's directory is written: beside the file it goes to, or TMPDIR for a pipe. */
-async function passingDir(file: string): Promise<string> {
-  return passingDirIn(file === STDIO ? tmpdir() : dirname(resolve(file)), file === STDIO ? 'gpuckpt-stream' : basename(file));
+/**
+ * Where a streamed image's directory is written: in memory when at most
+ * bytes fit there (passingParent), else beside the file it goes to, or
+ * TMPDIR for a pipe.
+ */
+async function passingDir(file: string, bytes: number): Promise<string> {
+  return passingDirIn(passingParent(bytes, file === STDIO ? tmpdir() : dirname(resolve(file))), file === STDIO ? 'gpuckpt-stream' : basename(file));
 }
 
 async function passingDirIn(parent: string, name: string): Promise<string> {
@@ -38,19 +46,41 @@ async function passingDirIn(parent: string, name: string): Promise<string> {
 }
 
 /**
- * Where an imported file is received: TMPDIR when the user set it, else
- * /dev/shm when it has room for the whole file (the restore reads it back
- * at once: nothing need reach a disk), else the system's temporary dir.
+ * Where an image passes through on its way into or out of a stream:
+ * TMPDIR when the user set it, else /dev/shm when it has room for bytes
+ * and 1 GiB more (the other side reads it back at once: it need never
+ * reach a disk), else otherwise.
  */
-export function importParent(fileBytes: number, env: NodeJS.ProcessEnv = process.env): string {
+export function passingParent(bytes: number, otherwise = tmpdir(), env: NodeJS.ProcessEnv = process.env): string {
   if (env.TMPDIR) return tmpdir();
   try {
     const fs = statfsSync('/dev/shm');
-    if (fs.bavail * fs.bsize >= fileBytes + (1 << 30)) return '/dev/shm';
+    if (fs.bavail * fs.bsize >= bytes + (1 << 30)) return '/dev/shm';
   } catch {
     // no /dev/shm here
   }
-  return tmpdir();
+  return otherwise;
+}
+
+/**
+ * At most how many bytes an image of the job of pid holds: its CUDA
+ * processes' pools in use and, for a whole-process image, the resident
+ * memory of its process tree (CRIU's pages), before any compression.
+ */
+export async function imageBytesBound(pid: number, gpuOnly: boolean): Promise<number> {
+  const rows = await listProcesses();
+  const pools = rows.filter((r) => r.pid === pid || r.job?.launcher === pid).reduce((n, r) => n + r.devices.reduce((m, d) => m + Number(d.bytesInUse), 0), 0);
+  if (gpuOnly) return pools;
+  return pools + readTree(pid).reduce((n, p) => n + residentBytes(p.pid), 0);
+}
+
+function residentBytes(pid: number): number {
+  try {
+    const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -62,12 +92,14 @@ export async function checkpointStreamed<S extends object>(
   to: string,
   force: boolean,
   make: (dir: string, opts: Pick<CheckpointOptions, 'onWriter'>) => Promise<S>,
+  /** At most the image's bytes (imageBytesBound): where it may pass. */
+  bytes: number,
 ): Promise<S & StreamedSummary> {
   const t0 = performance.now();
   const file = to === STDIO ? undefined : resolve(to);
   if (!file && process.stdout.isTTY) throw new GpuckptError('BAD_ARGUMENT', '-o - streams the image to standard output, which is a terminal: pipe it (| ssh HOST gpuckpt restore -) or use --export FILE');
   if (file && existsSync(file) && !force) throw new GpuckptError('IMAGE_EXISTS', `${file} exists: not replacing it (--force replaces it)`);
-  const dir = await passingDir(to);
+  const dir = await passingDir(to, bytes);
   const follow: FollowedFile[] = [];
   const onWriter = (writer: Parameters<NonNullable<CheckpointOptions['onWriter']>>[0], within: string) =>
     follow.push({ path: within ? `${within}/${DATA_FILE}` : DATA_FILE, writer, fd: openSync(join(writer.tempPath, DATA_FILE), 'r') });
@@ -117,7 +149,7 @@ export async function restoreStreamed<S extends object>(from: string, restore: (
   const file = from === STDIO ? undefined : resolve(from);
   if (!file && process.stdin.isTTY) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
   if (file && !existsSync(file)) throw new GpuckptError('IMAGE_MISSING', `${file} does not exist`);
-  const dir = file ? await passingDirIn(importParent(statSync(file).size), 'gpuckpt-import') : await passingDir(STDIO);
+  const dir = file ? await passingDirIn(passingParent(statSync(file).size), 'gpuckpt-import') : await passingDirIn(tmpdir(), 'gpuckpt-stream');
   mkdirSync(dir, { mode: 0o700 });
   const gone = () => rmSync(dir, { recursive: true, force: true });
   try {

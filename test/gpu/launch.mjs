@@ -45,7 +45,7 @@ import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 
 export async function runLaunch(h) {
-  const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids } = h;
+  const { ROOT, BIN_DIR, GPUCKPT, test, selected, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids } = h;
   const criuMissing = () => spawnSync('criu', ['--version']).status !== 0 && 'criu not on PATH (source .device/setup.sh)';
   const APP = process.env.GPU_TEST_LAUNCH_APP ?? path.join(BIN_DIR, 'static_cudart');
   const twoGpus = gpuUuids().length >= 2;
@@ -287,24 +287,26 @@ export async function runLaunch(h) {
     'torch-spawn': { TORCH_SPAWN_CHILD: '1' },
     'torch-issue23': { TORCH_PARAMS_M: '166', TORCH_BUFFER_GIB: '2' },
   };
-  // Uninterrupted runs of each shape, all at once, first.
+  // Uninterrupted runs of each shape to be tested, all at once, first.
   let references;
   const referenceOf = (shape) => {
     references ??= Object.fromEntries(
-      Object.entries(shapes).map(([name, envs]) => [
-        name,
-        (async () => {
-          const job = await launch('setsid', 'python3', [TORCH], envs);
-          try {
-            const losses = [];
-            for (let i = 0; i < 4; i++) losses.push(...(await job.send(`train ${steps}`, 'trained', 300_000)).losses);
-            await job.send('quit', 'bye');
-            return losses;
-          } finally {
-            job.close();
-          }
-        })(),
-      ]),
+      Object.entries(shapes)
+        .filter(([name]) => selected(`launch/${name}`))
+        .map(([name, envs]) => [
+          name,
+          (async () => {
+            const job = await launch('setsid', 'python3', [TORCH], envs);
+            try {
+              const losses = [];
+              for (let i = 0; i < 4; i++) losses.push(...(await job.send(`train ${steps}`, 'trained', 300_000)).losses);
+              await job.send('quit', 'bye');
+              return losses;
+            } finally {
+              job.close();
+            }
+          })(),
+        ]),
     );
     return references[shape];
   };

@@ -16,7 +16,11 @@
 //   GPU_TEST_BUDGET_S  time budget of the whole run in s (default 450; run.sh passes
 //                      what its build left of 460)
 //   GPU_TEST_POOL_GIB  pool_fill size in GiB (default 16, scaled to free memory)
-//   GPU_TEST_ONLY      comma-separated test-name prefixes to run (default all)
+//   GPU_TEST_SUITE     quick (default): every verb, pool_fill and the stream at
+//                      2 GiB, in one 10-minute call; long: what quick leaves out
+//                      (LONG_ONLY) and pool_fill and the stream at full size;
+//                      all: both
+//   GPU_TEST_ONLY      comma-separated test-name prefixes to run, whatever the suite
 //   GPU_TEST_VERBOSE   1: pass the programs' stderr through
 //   GPU_TEST_LOG_APPEND  1: append to the log (run.sh started it)
 //   GPU_RUN_MODE       bench: run the benchmark of bench.mjs instead of the tests
@@ -73,7 +77,26 @@ function failure(msg, diag = []) {
   return e;
 }
 
-const selected = (name) => ONLY.length === 0 || ONLY.some((p) => name.startsWith(p));
+const SUITE = env.GPU_TEST_SUITE ?? 'quick';
+if (!['quick', 'long', 'all'].includes(SUITE)) throw new Error(`GPU_TEST_SUITE="${SUITE}" must be quick, long or all`);
+/**
+ * The long suite's own tests (name prefixes): soaks, the controller killed,
+ * the launch shapes beyond a script's `&`, the 166M-parameter job, and
+ * what another test of the quick suite already covers in its verbs.
+ */
+const LONG_ONLY = [
+  'kill',
+  'soak',
+  ...['nohup', 'timeout', 'setsid', 'stdin-pipe', 'service', 'terminal-bg', 'fork-cost', 'torch-plain', 'torch-issue23'].map((m) => `launch/${m}`),
+  'distributed/killed',
+  'distributed/bench',
+  'cupy/process',
+];
+/** Tests of both suites whose pool is 2 GiB in the quick one (poolFillSize). */
+const SIZED = ['pool_fill', 'stream'];
+const startsAny = (name, prefixes) => prefixes.some((p) => name.startsWith(p));
+const inSuite = (name) => SUITE === 'all' || (SUITE === 'long' ? startsAny(name, [...LONG_ONLY, ...SIZED]) : !startsAny(name, LONG_ONLY));
+const selected = (name) => (ONLY.length ? startsAny(name, ONLY) : inSuite(name));
 
 /** Runs one test: fn returns a detail string (or {detail, value}). Returns
  * the value on success, undefined otherwise. Processes it started are
@@ -1276,6 +1299,7 @@ function gpuInfo() {
  * take the image), else scaled down. */
 function poolFillSize(gpus) {
   if (env.GPU_TEST_POOL_GIB) return { gib: Number(env.GPU_TEST_POOL_GIB), note: 'size from GPU_TEST_POOL_GIB' };
+  if (SUITE === 'quick') return { gib: 2, note: 'the quick suite; GPU_TEST_SUITE=long for 16 GiB' };
   let gib = 16;
   const notes = [];
   const freeBytes = gpus[0] ? gpus[0].freeMiB * MiB : NaN;
@@ -1359,7 +1383,7 @@ function anchorRun(pid) {
 async function main() {
   const gpus = gpuInfo();
   for (const g of gpus) say(`# GPU ${g.index}: ${g.name}, ${g.totalMiB} MiB, ${g.freeMiB} MiB free, driver ${g.driver}`);
-  say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}`);
+  say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}; ${ONLY.length ? `tests ${ONLY.join(',')}` : `the ${SUITE} suite`}`);
   if (env.GPU_RUN_MODE === 'bench') {
     const { runBench } = await import('./bench.mjs');
     await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit });
@@ -1469,7 +1493,7 @@ async function main() {
   }
   if (['launch'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runLaunch } = await import('./launch.mjs');
-    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids });
+    await runLaunch({ ROOT, BIN_DIR, GPUCKPT, test, selected, Skip, failure, sleep, cliJson, runCli, expectSame, measure, track, tmpRoot, gpuUuids, say, running, endPids });
   }
   if (['distributed'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runDistributed } = await import('./distributed.mjs');
