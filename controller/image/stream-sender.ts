@@ -34,6 +34,8 @@ class Sender {
   private dataRecords = 0;
   private dataBytes = 0;
   private unflushed = 0;
+  /** Writebacks started: settled before the thread reports (a native completion must not outlive it). */
+  private readonly writebacks: Promise<unknown>[] = [];
   bytes = 0;
 
   constructor(private readonly sink: SenderData) {}
@@ -80,6 +82,11 @@ class Sender {
     }
   }
 
+  /** Every writeback started has completed. */
+  async settled(): Promise<void> {
+    await Promise.all(this.writebacks.splice(0));
+  }
+
   end(): void {
     const summary: EndSummary = { files: this.files, dataRecords: this.dataRecords, dataBytes: this.dataBytes };
     this.record(Kind.END, '', 0, Buffer.from(JSON.stringify(summary)));
@@ -100,7 +107,7 @@ class Sender {
     this.unflushed += b.length;
     if (this.unflushed >= WRITEBACK_EVERY) {
       this.unflushed = 0;
-      native().startWriteback(this.sink.fd).catch(() => undefined); // a hint; the final fsync makes it durable
+      this.writebacks.push(native().startWriteback(this.sink.fd).catch(() => undefined)); // a hint; the final fsync makes it durable
     }
   }
 }
@@ -177,8 +184,12 @@ parentPort!.on('message', (m: SenderMessage) => {
   if (m.op === 'follow') posted.push({ slot: m.slot, path: m.path, fd: m.fd });
   else finish = m.dir;
 });
-run().finally(() => {
+// Reported once every writeback has completed: the main thread ends this
+// thread on the report, and a native completion left behind would abort
+// the process.
+run().finally(async () => {
   if (!wasBlocking) native().setBlocking(data.fd, false);
+  await s.settled();
 }).then(
   (done) => parentPort!.postMessage({ done } satisfies SenderReply),
   (e: unknown) => {

@@ -11,7 +11,8 @@
  * written (a pool image's frames are sent as they reach the disk), so a
  * stream costs little beyond the image; the layout is stream-format.ts's.
  */
-import { mkdirSync, openSync, writeSync, closeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, write } from 'node:fs';
+import { promisify } from 'node:util';
 import { isAbsolute, join, normalize, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
@@ -101,13 +102,32 @@ class Reader {
       this.chunks.push(r.value);
       this.have += r.value.length;
     }
-    const all = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
-    const out = all.subarray(0, n);
-    const rest = all.subarray(n);
-    this.chunks = rest.length ? [rest] : [];
-    this.have = rest.length;
+    // Only what spans chunks is copied: a payload mostly lies in one.
+    const first = this.chunks[0];
+    let out: Buffer;
+    if (first && first.length >= n) {
+      out = first.subarray(0, n);
+      this.take(n);
+    } else {
+      out = Buffer.allocUnsafe(n);
+      for (let k = 0; k < n; ) {
+        const c = this.chunks[0]!;
+        const m = Math.min(c.length, n - k);
+        c.copy(out, k, 0, m);
+        this.take(m);
+        k += m;
+      }
+    }
     this.bytes += n;
     return out;
+  }
+
+  /** Drops n bytes of the first chunk (n at most its length). */
+  private take(n: number): void {
+    const c = this.chunks[0]!;
+    if (n === c.length) this.chunks.shift();
+    else this.chunks[0] = c.subarray(n);
+    this.have -= n;
   }
 
   async atEnd(): Promise<boolean> {
@@ -140,6 +160,8 @@ export async function receiveImage(input: Readable, dir: string): Promise<Stream
   if (version !== VERSION) throw new GpuckptError('IMAGE_VERSION', `image stream version ${version}; this gpuckpt reads version ${VERSION}`);
   const fds = new Map<string, number>();
   const sizes: Record<string, number> = {};
+  // Payloads are written in the thread pool while the next are read and checked.
+  const writes = new WriteQueue(WRITES_IN_FLIGHT);
   let dataRecords = 0;
   let dataBytes = 0;
   try {
@@ -156,6 +178,7 @@ export async function receiveImage(input: Readable, dir: string): Promise<Stream
       const payload = await r.read(length, `the record at byte ${at}`);
       if (crc32(payload) !== crc) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name || 'end'}) fails its CRC-32`);
       if (kind === Kind.END) {
+        await writes.drain();
         const end = JSON.parse(payload.toString()) as EndSummary;
         const missing = Object.entries(end.files).find(([p, size]) => sizes[p] === undefined || sizes[p]! < size);
         if (missing || end.dataRecords !== dataRecords || end.dataBytes !== dataBytes || Object.keys(sizes).length !== Object.keys(end.files).length)
@@ -172,13 +195,52 @@ export async function receiveImage(input: Readable, dir: string): Promise<Stream
       } else if (kind === Kind.DATA) {
         const fd = fds.get(path);
         if (fd === undefined) throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: data for ${path} before the file (byte ${at})`);
-        for (let done = 0; done < payload.length; ) done += writeSync(fd, payload, done, payload.length - done, offset + done);
+        await writes.add(fd, payload, offset);
         sizes[path] = Math.max(sizes[path]!, offset + payload.length);
         dataRecords++;
         dataBytes += payload.length;
       } else throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: record kind ${kind} at byte ${at}`);
     }
   } finally {
+    await writes.drain().catch(() => undefined);
     for (const fd of fds.values()) closeSync(fd);
   }
 }
+
+/** Writes received payloads being made at once: enough to keep a disk's queue full. */
+const WRITES_IN_FLIGHT = 8;
+
+/** Positional writes in the thread pool, at most `most` at once; the first failure is thrown by add or drain. */
+class WriteQueue {
+  private readonly inFlight = new Set<Promise<void>>();
+  private failure: unknown;
+
+  constructor(private readonly most: number) {}
+
+  async add(fd: number, data: Buffer, offset: number): Promise<void> {
+    while (this.inFlight.size >= this.most) await Promise.race(this.inFlight);
+    if (this.failure) throw this.failure;
+    const p = writeAll(fd, data, offset).then(
+      () => void this.inFlight.delete(p),
+      (e: unknown) => {
+        this.failure ??= e;
+        this.inFlight.delete(p);
+      },
+    );
+    this.inFlight.add(p);
+  }
+
+  async drain(): Promise<void> {
+    await Promise.all(this.inFlight);
+    if (this.failure) throw this.failure;
+  }
+}
+
+async function writeAll(fd: number, data: Buffer, offset: number): Promise<void> {
+  for (let done = 0; done < data.length; ) {
+    const { bytesWritten } = await writeAt(fd, data, done, data.length - done, offset + done);
+    done += bytesWritten;
+  }
+}
+
+const writeAt = promisify(write);
