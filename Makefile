@@ -15,7 +15,7 @@ SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
 SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h)
 TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
-all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-criu-compat.so
+all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-criu-compat.so $(B)/criu/gpuckpt_criu.so
 
 $(B)/obj/%.o: %.c $(SHIM_HDR)
 	@mkdir -p $(dir $@)
@@ -36,6 +36,11 @@ $(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c
 $(B)/gpuckpt-criu-compat.so: native/criu-compat/criu_compat.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -shared -o $@ $< -ldl
+
+# CRIU's plugin (native/criu-plugin/): alone in its directory, for criu -L.
+$(B)/criu/gpuckpt_criu.so: native/criu-plugin/gpuckpt_criu_plugin.c native/criu-plugin/criu_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -shared -DGPUCKPT_ROOT='"$(CURDIR)"' -o $@ $<
 
 # The test builds: in a checkout, not in the packed package.
 -include test/test.mk

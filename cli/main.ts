@@ -16,6 +16,7 @@ import { parsePid } from '../controller/adapters/processes.js';
 import { listProcesses } from '../controller/verbs/ps.js';
 import { restoreInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell, type RunOptions } from '../controller/verbs/run-plan.js';
+import { criuPluginStep, PLUGIN_STEPS, type PluginStep } from '../controller/verbs/criu-plugin.js';
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
 import { checkpointStreamed, imageBytesBound, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
@@ -338,6 +339,17 @@ function buildProgram(): Command {
     .addHelpText('after', examples(['eval "$(gpuckpt completion bash)"   # in ~/.bashrc', 'eval "$(gpuckpt completion zsh)"    # in ~/.zshrc']))
     .action((shell: string) => {
       process.stdout.write(completionScript(program, shell));
+    });
+
+  // Run by the CRIU plugin (native/criu-plugin/), one step per hook.
+  program
+    .command('__criu-plugin', { hidden: true })
+    .argument('<step>')
+    .argument('<pid>')
+    .argument('<images>')
+    .action(async (step: string, pidText: string, images: string) => {
+      if (!(PLUGIN_STEPS as readonly string[]).includes(step)) throw new GpuckptError('BAD_ARGUMENT', `__criu-plugin step "${step}" must be one of ${PLUGIN_STEPS.join(', ')}`);
+      process.exitCode = await criuPluginStep(step as PluginStep, parsePid(pidText), images);
     });
 
   // Used by bin/gpuckpt: prints the sh code that execs `run`'s program.

@@ -80,7 +80,12 @@ $(T)/pool_app_dlopen: test/apps/pool_app.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DUSE_PROC_ADDRESS -o $@ $< -ldl -pthread
 
-TEST_BINS := $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
+# The fake CRIU's plugin host: CRIU's exports to plugins are its own (-rdynamic).
+$(T)/plugin_host: test/fake-criu/plugin_host.c native/criu-plugin/criu_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -rdynamic -o $@ $< -ldl
+
+TEST_BINS := $(T)/plugin_host $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)

@@ -13,6 +13,8 @@ import { formatBytes, round } from '../base/units.js';
 
 /** How long the hook may take, by default (GPUCKPT_FRAMEWORK_WAIT, seconds). */
 const DEFAULT_WAIT_MS = 500;
+/** At most: the shim answers nothing else meanwhile, and the pause's lease must not run out. */
+const MOST_WAIT_MS = 10_000;
 
 export interface FrameworkUse {
   /** The framework that answered ('PyTorch'). */
@@ -28,7 +30,7 @@ export interface FrameworkUse {
 /** Undefined when the process has no hook, or no framework on the GPU: nothing to leave out, nothing to say. */
 export async function askFramework(session: ShimSession, allocations: AllocationRecord[]): Promise<FrameworkUse | undefined> {
   const t0 = performance.now();
-  const waitMs = process.env.GPUCKPT_FRAMEWORK_WAIT ? Math.round(Number(process.env.GPUCKPT_FRAMEWORK_WAIT) * 1000) : DEFAULT_WAIT_MS;
+  const waitMs = Math.min(MOST_WAIT_MS, process.env.GPUCKPT_FRAMEWORK_WAIT ? Math.round(Number(process.env.GPUCKPT_FRAMEWORK_WAIT) * 1000) : DEFAULT_WAIT_MS);
   const seconds = () => round((performance.now() - t0) / 1000, 4);
   let rep;
   try {

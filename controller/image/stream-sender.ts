@@ -22,7 +22,7 @@ export interface SenderData {
   written: SharedArrayBuffer;
 }
 
-export type SenderMessage = { op: 'follow'; slot: number; path: string; fd: number } | { op: 'finish'; dir: string };
+export type SenderMessage = { op: 'follow'; slot: number; path: string; fd: number } | { op: 'finish'; dir: string } | { op: 'cancel' };
 export type SenderReply = { done: StreamSummary } | { error: { code: string; message: string } };
 
 /** Bytes written to a file between two starts of its writeback (as image writers do). */
@@ -127,6 +127,7 @@ const followed: { slot: number; path: string; fd: number; at: number }[] = [];
 /** Posted by the main thread, taken up by run(), which owns every write. */
 const posted: { slot: number; path: string; fd: number }[] = [];
 let finish: string | undefined;
+let cancelled = false;
 
 /** Frames as they reach the disk, while the checkpoint runs; then the rest of the complete image. */
 async function run(): Promise<StreamSummary> {
@@ -137,6 +138,7 @@ async function run(): Promise<StreamSummary> {
     }
   };
   while (finish === undefined) {
+    if (cancelled) throw new GpuckptError('IMAGE_WRITE_FAILED', 'the checkpoint failed: the stream stops short');
     takeUp();
     let moved = false;
     for (const f of followed) {
@@ -182,6 +184,7 @@ async function run(): Promise<StreamSummary> {
 
 parentPort!.on('message', (m: SenderMessage) => {
   if (m.op === 'follow') posted.push({ slot: m.slot, path: m.path, fd: m.fd });
+  else if (m.op === 'cancel') cancelled = true;
   else finish = m.dir;
 });
 // Reported once every writeback has completed: the main thread ends this

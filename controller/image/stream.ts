@@ -56,7 +56,11 @@ export async function sendImage(sink: StreamSink, dir: () => string, done: Promi
     worker.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
     worker.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
   });
-  result.catch(() => undefined); // awaited below
+  let reported = false;
+  result.then(
+    () => (reported = true),
+    () => (reported = true),
+  ); // awaited below
   const slots = new Map<FollowedFile, number>();
   const post = (m: SenderMessage) => worker.postMessage(m);
   const update = () => {
@@ -79,6 +83,12 @@ export async function sendImage(sink: StreamSink, dir: () => string, done: Promi
     return await result;
   } finally {
     clearInterval(timer);
+    // A failed checkpoint: the sender stops and waits for its writebacks
+    // (ended with one pending, the process would abort), a few seconds at most.
+    if (!reported) {
+      post({ op: 'cancel' });
+      await Promise.race([result.catch(() => undefined), new Promise((r) => setTimeout(r, 5000))]);
+    }
     await worker.terminate();
   }
 }

@@ -29,7 +29,8 @@ export function unusedWithin(allocations: AllocationRecord[], free: { addr: bigi
       lastOwner = j;
     }
   }
-  return out;
+  // Free ranges that overlap may reach an allocation again after a later one.
+  return out.sort(byAddr);
 }
 
 /** ranges less the bytes of unused (sorted, disjoint), in ranges' order. */

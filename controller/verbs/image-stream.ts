@@ -10,7 +10,7 @@
  * stream is checked whole (image/stream.ts) before anything is restored
  * from it, and its directory goes once the job runs.
  */
-import { closeSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
+import { closeSync, cpSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -48,18 +48,32 @@ async function passingDirIn(parent: string, name: string): Promise<string> {
 /**
  * Where an image passes through on its way into or out of a stream:
  * TMPDIR when the user set it, else /dev/shm when it has room for bytes
- * and 1 GiB more (the other side reads it back at once: it need never
- * reach a disk), else otherwise.
+ * and 1 GiB more and the host's available memory twice that (the other
+ * side reads it back at once: it need never reach a disk), else otherwise.
  */
 export function passingParent(bytes: number, otherwise = tmpdir(), env: NodeJS.ProcessEnv = process.env): string {
   if (env.TMPDIR) return tmpdir();
   try {
-    const fs = statfsSync('/dev/shm');
-    if (fs.bavail * fs.bsize >= bytes + (1 << 30)) return '/dev/shm';
+    // Room in /dev/shm, and memory for it beside the staging a checkpoint
+    // or restore takes (about as much again).
+    const fs = statfsSync(SHM);
+    if (fs.bavail * fs.bsize >= bytes + (1 << 30) && memAvailable() >= 2 * bytes + (1 << 30)) return SHM;
   } catch {
     // no /dev/shm here
   }
   return otherwise;
+}
+
+const SHM = '/dev/shm';
+
+/** MemAvailable of /proc/meminfo, in bytes (0 when unknown). */
+function memAvailable(): number {
+  try {
+    const m = readFileSync('/proc/meminfo', 'utf8').match(/^MemAvailable:\s+(\d+) kB/m);
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -130,8 +144,16 @@ export async function checkpointStreamed<S extends object>(
     // The checkpoint completed and the stream did not (its reader gone, its
     // disk full): the image is all the job has now, so it stays, under a
     // name no cleanup of working directories takes.
-    kept = join(dirname(dir), `gpuckpt-image-${process.pid}-${Date.now()}`);
-    renameSync(dir, kept);
+    // On a disk: where it passed, unless that was memory.
+    const onDisk = dirname(dir) === SHM ? (file ? dirname(file) : tmpdir()) : dirname(dir);
+    kept = join(onDisk, `gpuckpt-image-${process.pid}-${Date.now()}`);
+    try {
+      renameSync(dir, kept);
+    } catch (m) {
+      if ((m as NodeJS.ErrnoException).code !== 'EXDEV') throw m;
+      cpSync(dir, kept, { recursive: true });
+      rmSync(dir, { recursive: true, force: true });
+    }
     throw new GpuckptError('IMAGE_WRITE_FAILED', `${(e as Error).message}; the checkpoint itself completed and its image is kept at ${kept}: gpuckpt restore ${kept}, or copy it where it is needed`, { cause: e });
   } finally {
     for (const f of follow) closeSync(f.fd);

@@ -27,6 +27,8 @@ static char answer_framework[32];
 static char answer_why[GPCK_NAME_LEN];
 static struct gpck_free_range *answer_ranges;
 static uint32_t answer_count;
+/* The serving hook's gate slot, exempt until it answers or is given up. */
+static void *hook_slot;
 
 static void after_fork_in_child(void)
 {
@@ -59,8 +61,8 @@ uint64_t gpuckpt_framework_wait(void)
     while (taken_id == asked_id)
         pthread_cond_wait(&asked, &lock);
     uint64_t id = taken_id = asked_id;
+    hook_slot = gp_gate_exempt_self(true); /* under the lock: a give-up sees it */
     pthread_mutex_unlock(&lock);
-    gp_gate_exempt_self(true);
     return id;
 }
 
@@ -135,6 +137,9 @@ void gp_framework_ask(uint32_t timeout_ms, uint32_t *state, char framework[32], 
         rc = pthread_cond_timedwait(&answered, &lock, &until);
     if (answered_id != id) {
         bool took = taken_id == id;
+        /* Given up: whatever the hook does next waits at the gate like any thread. */
+        gp_gate_exempt_end(hook_slot);
+        hook_slot = NULL;
         pthread_mutex_unlock(&lock);
         *state = GPCK_FRAMEWORK_FAILED;
         snprintf(why, GPCK_NAME_LEN, "its hook %s in %u ms (a thread paused in CUDA may hold what it needs)",

@@ -162,13 +162,21 @@ void gp_gate_exit(void)
     depth_add(my_slot, -1);
 }
 
-void gp_gate_exempt_self(bool on)
+void *gp_gate_exempt_self(bool on)
 {
     struct gate_slot *s = my_slot;
     if (!s)
         s = my_slot = claim_slot();
-    if (!s->shared) /* the fallback slot is other threads' too */
-        atomic_store(&s->exempt, on);
+    if (s->shared) /* the fallback slot is other threads' too */
+        return NULL;
+    atomic_store(&s->exempt, on);
+    return s;
+}
+
+void gp_gate_exempt_end(void *slot)
+{
+    if (slot)
+        atomic_store(&((struct gate_slot *)slot)->exempt, false);
 }
 
 /* ---- the closer ---- */

@@ -22,8 +22,11 @@ uint64_t gp_gate_open(void);
 bool gp_gate_is_closed(void);
 /* The calling thread passes a closed gate while on: the framework hook's
  * thread, reading its allocator inside a pause (control/framework_hook.c),
- * which makes no call that needs the GPU still. */
-void gp_gate_exempt_self(bool on);
+ * which makes no call that needs the GPU still. Returns its slot, for
+ * gp_gate_exempt_end (NULL where it cannot be exempt). */
+void *gp_gate_exempt_self(bool on);
+/* Ends the exemption of a slot gp_gate_exempt_self returned, from any thread. */
+void gp_gate_exempt_end(void *slot);
 uint64_t gp_gate_calls(void);
 /* After fork in a child of a CUDA process: the driver is unusable there and
  * no controller can reach it, so calls pass straight through. */

@@ -44,8 +44,10 @@ def _serve(lib):
         except BaseException as e:  # noqa: BLE001 (any failure means: take the whole pool)
             state, name, pairs = FAILED, "PyTorch", []
             why = f"reading its allocator raised {type(e).__name__}: {e}"
-        n = len(pairs) // 2
-        lib.gpuckpt_framework_report(rid, state, name.encode(), why.encode()[:200], (ctypes.c_uint64 * len(pairs))(*pairs), n)
+        try:
+            lib.gpuckpt_framework_report(rid, state, name.encode(), why.encode()[:200], (ctypes.c_uint64 * len(pairs))(*pairs), len(pairs) // 2)
+        except BaseException as e:  # noqa: BLE001 (the thread must live on for the next pause)
+            lib.gpuckpt_framework_report(rid, FAILED, b"PyTorch", f"its report failed: {type(e).__name__}".encode(), None, 0)
 
 
 def start():

@@ -213,6 +213,44 @@ static void test_fork_child_drains(void)
     pthread_join(holder, NULL);
 }
 
+/* An exempt thread calls through a closed gate; once its exemption is
+ * ended from another thread, it waits like any other. */
+static void *exempt_calls(void *arg)
+{
+    void **slot = arg;
+    *slot = gp_gate_exempt_self(true);
+    gp_gate_enter();
+    gp_gate_exit();
+    atomic_fetch_add(&finished, 1);
+    while (atomic_load(&release_inflight) == 0)
+        usleep(100);
+    gp_gate_enter();
+    atomic_fetch_add(&entered, 1);
+    gp_gate_exit();
+    return NULL;
+}
+
+static void test_exempt_thread_passes_until_ended(void)
+{
+    reset();
+    uint64_t drain;
+    CHECK(gp_gate_close(1000, &drain) == 0);
+    void *slot = NULL;
+    pthread_t t;
+    pthread_create(&t, NULL, exempt_calls, &slot);
+    for (int i = 0; i < 1000 && atomic_load(&finished) == 0; i++)
+        usleep(1000);
+    CHECK(atomic_load(&finished) == 1); /* passed the closed gate */
+    CHECK(slot != NULL);
+    gp_gate_exempt_end(slot);
+    atomic_store(&release_inflight, 1);
+    usleep(50000);
+    CHECK(atomic_load(&entered) == 0); /* waits now */
+    gp_gate_open();
+    pthread_join(t, NULL);
+    CHECK(atomic_load(&entered) == 1);
+}
+
 static void test_bypass_never_blocks(void)
 {
     reset();
@@ -234,6 +272,7 @@ int main(void)
     RUN(test_ended_threads_leave_no_call);
     RUN(test_cancelled_thread_leaves_no_call);
     RUN(test_fork_child_drains);
+    RUN(test_exempt_thread_passes_until_ended);
     RUN(test_bypass_never_blocks); /* last: bypass is for good */
     return HARNESS_END();
 }

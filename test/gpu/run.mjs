@@ -837,6 +837,69 @@ async function processScenario(name, prog) {
   }
 }
 
+/**
+ * CRIU alone, with gpuckpt's plugin (build/criu): `criu dump` of a process
+ * under the shim frees its GPU and puts its pool among CRIU's files;
+ * `criu restore` brings it back bit for bit, then again onto GPU 1
+ * (GPUCKPT_RESTORE_DEVICE), and a dump with --leave-running lets it run on.
+ */
+async function criuPluginScenario(name) {
+  if (spawnSync('criu', ['--version']).status !== 0) throw new Skip('criu not on PATH (source .device/setup.sh)');
+  const plugins = path.join(ROOT, 'build', 'criu');
+  const { dir, nextLine, send, alive, close } = launchViaFifo('static_cudart');
+  const criu = (args, extra = {}) => {
+    const r = spawnSync('criu', [...args, '-L', plugins, '-v4'], { encoding: 'utf8', timeout: 300_000, env: { ...env, ...extra } });
+    if (r.status !== 0) {
+      const log = path.join(args[args.indexOf('-D') + 1], `${args[0]}.log`);
+      const text = fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : r.stderr;
+      throw failure(`criu ${args[0]} failed (${describeExit({ code: r.status, signal: r.signal })}): ${text.split('\n').find((l) => /Error|gpuckpt/.test(l)) ?? ''}`, tail(text));
+    }
+  };
+  const waitActive = async (pid, what) => {
+    for (let i = 0; i < 600; i++) {
+      const row = (await cliJson(['ps', '--json'])).find((r) => r.pid === pid);
+      if (row?.poolState === 'active') return;
+      await sleep(50);
+    }
+    throw failure(`${what}: process ${pid} never resumed (see the run dir's logs/criu-plugin-${pid}.log)`);
+  };
+  try {
+    const ready = await nextLine('ready', 120_000);
+    const pid = ready.pid;
+    const R = ready.buffers;
+    const m = {};
+    const round = async (images, extra, what) => {
+      fs.mkdirSync(images);
+      let t = Date.now();
+      criu(['dump', '-t', String(pid), '-D', images, '-o', 'dump.log']);
+      m[`${what}_dump_s`] = (Date.now() - t) / 1000;
+      for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
+      if (alive(pid)) throw failure(`${what}: process ${pid} still runs after criu dump`);
+      if (!fs.existsSync(path.join(images, `gpuckpt-pool-${pid}`, 'manifest'))) throw failure(`${what}: no pool image among CRIU's files`);
+      t = Date.now();
+      criu(['restore', '-D', images, '-o', 'restore.log', '--restore-detached'], extra);
+      await waitActive(pid, what);
+      m[`${what}_restore_s`] = (Date.now() - t) / 1000;
+      expectSame((await send('state', 'state')).buffers, R, `state after criu restore (${what})`);
+    };
+    await round(path.join(dir, 'same'), {}, 'same_gpu');
+    const uuids = gpuUuids();
+    if (uuids.length >= 2) {
+      await round(path.join(dir, 'other'), { GPUCKPT_RESTORE_DEVICE: '1' }, 'gpu1');
+      if (!gpuMemoryOf(pid)[uuids[1]]) throw failure(`restored onto GPU 1, nvidia-smi shows ${JSON.stringify(gpuMemoryOf(pid))}`);
+    }
+    const left = path.join(dir, 'left');
+    fs.mkdirSync(left);
+    criu(['dump', '-t', String(pid), '-D', left, '-o', 'dump.log', '--leave-running']);
+    await waitActive(pid, 'criu dump --leave-running');
+    expectSame((await send('state', 'state')).buffers, R, 'state after criu dump --leave-running');
+    measure(name, m);
+    return `criu dump (process gone, pool among CRIU's files) and criu restore with the plugin${uuids.length >= 2 ? ', on the same GPU and onto GPU 1' : ''}, and criu dump --leave-running: data bit for bit each time`;
+  } finally {
+    close();
+  }
+}
+
 /** The python3 that has the job's framework, and the job's script; or Skip. */
 function pythonJob(job) {
   const py = (spawnSync('bash', ['-c', 'command -v python3'], { encoding: 'utf8' }).stdout ?? '').trim();
@@ -1479,6 +1542,7 @@ async function main() {
   });
   await test('process/failures', needCli(() => processFailuresScenario('process/failures')));
   await test('process/terminal', needCli(() => terminalScenario('process/terminal')));
+  await test('criu/plugin', needCli(() => criuPluginScenario('criu/plugin')));
   if (['incremental'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runIncremental } = await import('./incremental.mjs');
     await runIncremental({ App, test, Skip, failure, sleep, cliJson, expectSame, launchViaFifo, snapPath, measure });

@@ -1,0 +1,169 @@
+/**
+ * What the CRIU plugin (native/criu-plugin/) has gpuckpt do, one step per
+ * `gpuckpt __criu-plugin STEP PID IMAGES`, so that plain `criu dump` and
+ * `criu restore` carry a process's GPU pool:
+ *
+ * - dump (PAUSE_DEVICES, the process still running): refused for a rank of
+ *   an NCCL job; else suspended into a pool image at IMAGES/gpuckpt-pool-PID,
+ *   its GPU free and no copy of the pool left in the process for CRIU to dump.
+ * - resume (started once the dump step succeeded): "ready" at once, then,
+ *   if CRIU leaves the process (a failed dump, --leave-running, CRIU gone
+ *   past its alarm), resumed from that image once CRIU has exited; nothing
+ *   when CRIU ended it.
+ * - restore (RESUME_DEVICES_LATE, the restored process still stopped): the
+ *   image opened and loading, "ready", then, once CRIU releases the process,
+ *   resumed from it (GPUCKPT_RESTORE_DEVICE picks another GPU); a process
+ *   that cannot get its data is ended, as gpuckpt restore does (the
+ *   plugin ends it when loading fails before "ready").
+ *
+ * A process not under gpuckpt, or without a pool image, is not ours: exit
+ * NOT_OURS, or "not ours" instead of "ready". A helper says why it failed
+ * before "ready" on stdout (its stderr goes nowhere); after, the plugin has
+ * stopped reading: the outcome goes to <run dir>/logs/criu-plugin-PID.log.
+ */
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { isAlive, killProcess } from '../adapters/processes.js';
+import { ownRunDir } from '../adapters/run-dir.js';
+import { ShimSession } from '../adapters/session.js';
+import { openChain } from '../image/chain.js';
+import { MANIFEST_FILE } from '../image/format.js';
+import { ImageReader } from '../image/index.js';
+import { PoolLoader } from '../engine/pool-loader.js';
+import { resumeProcess, suspendProcess } from '../engine/suspend.js';
+import { PoolState } from '../../native/index.js';
+
+/** Exit status of `dump` for a process not under gpuckpt. */
+export const NOT_OURS_EXIT = 10;
+export const PLUGIN_STEPS = ['dump', 'resume', 'restore'] as const;
+export type PluginStep = (typeof PLUGIN_STEPS)[number];
+
+/** Where the plugin keeps a process's pool image among CRIU's files. */
+export function poolImageIn(images: string, pid: number): string {
+  return join(images, `gpuckpt-pool-${pid}`);
+}
+
+/** Runs a step; its exit status. */
+export async function criuPluginStep(step: PluginStep, pid: number, images: string): Promise<number> {
+  if (step === 'dump') return dump(pid, images);
+  const image = poolImageIn(images, pid);
+  if (!existsSync(join(image, MANIFEST_FILE))) {
+    console.log(`not ours: ${image} holds no pool image`);
+    return 0;
+  }
+  const log = logOf(pid);
+  let loader: PoolLoader | undefined;
+  try {
+    if (step === 'restore') loader = await openLoader(image);
+  } catch (e) {
+    // A helper's stderr goes nowhere: the plugin reads why on stdout.
+    console.log(`cannot load ${image}: ${(e as Error).message}`);
+    return 1;
+  }
+  console.log('ready');
+  // CRIU exits after a dump; it releases a restored process and exits too.
+  const criu = Number(process.env.GPUCKPT_CRIU_PID) || undefined;
+  try {
+    const now = await runsFreely(pid, step === 'resume' ? criu : undefined);
+    if (now !== 'runs') {
+      if (now === 'stopped') log(`process ${pid} was still stopped after ${WAIT_MS / 1000} s: gpuckpt resume ${pid} once it runs`);
+      return 0;
+    }
+    const r = await resumeProcess(pid, { ...(loader ? { loader } : { image }), keepImage: true, device: process.env.GPUCKPT_RESTORE_DEVICE });
+    log(`process ${pid} resumed from ${image} in ${r.seconds} s`);
+    return 0;
+  } catch (e) {
+    // Another helper got there first (a failed dump's, restored at once): done.
+    if (isGpuckptError(e, 'NOT_SUSPENDED') || (await becomesActive(pid))) return 0;
+    // A restored process cannot run without its GPU data.
+    if (step === 'restore') killProcess(pid);
+    log(`${step} of process ${pid} failed: ${(e as Error).message}${step === 'restore' ? '; the restored process was ended' : `; gpuckpt resume ${pid} tries again`}`);
+    return 1;
+  } finally {
+    await loader?.close();
+    await loader?.reader.close();
+  }
+}
+
+async function dump(pid: number, images: string): Promise<number> {
+  let session: ShimSession;
+  try {
+    session = await ShimSession.open(pid);
+  } catch (e) {
+    if (isGpuckptError(e, 'NOT_UNDER_GPUCKPT') || isGpuckptError(e, 'PID_NOT_RUNNING')) return NOT_OURS_EXIT;
+    throw e;
+  }
+  try {
+    const comms = (await session.ncclStatus()).comms.length;
+    if (comms) throw new GpuckptError('JOB_REFUSED', `process ${pid} is a rank of an NCCL job (${comms} communicator(s)): CRIU alone cannot stop its ranks at one collective; gpuckpt checkpoint JOB does`);
+  } finally {
+    session.close();
+  }
+  await suspendProcess(pid, { to: poolImageIn(images, pid), force: true });
+  return 0;
+}
+
+async function openLoader(image: string): Promise<PoolLoader> {
+  const reader = await ImageReader.open(image);
+  try {
+    return await PoolLoader.open(reader, {}, await openChain(reader));
+  } catch (e) {
+    await reader.close();
+    throw e;
+  }
+}
+
+const WAIT_MS = 600_000;
+
+/**
+ * Waits until pid runs on its own: neither traced nor stopped, and (after
+ * a dump) criu, when given, gone. 'gone' when pid ended; 'stopped' when it
+ * was still held after WAIT_MS (left as it is).
+ */
+async function runsFreely(pid: number, criu?: number): Promise<'runs' | 'gone' | 'stopped'> {
+  for (const until = Date.now() + WAIT_MS; Date.now() < until; await new Promise((r) => setTimeout(r, 20))) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    } catch {
+      return 'gone';
+    }
+    const state = status.match(/^State:\s+(\S)/m)?.[1];
+    if (state === 'Z' || state === 'X') return 'gone';
+    const held = !/^TracerPid:\s+0$/m.test(status) || state === 'T' || state === 't';
+    if (!held && !(criu && isAlive(criu))) return 'runs';
+  }
+  return isAlive(pid) ? 'stopped' : 'gone';
+}
+
+/** Whether pid's pool is back within a few seconds (another helper resuming it). */
+async function becomesActive(pid: number): Promise<boolean> {
+  for (let i = 0; i < 50; i++) {
+    try {
+      const session = await ShimSession.open(pid);
+      try {
+        if ((await session.status()).poolState === PoolState.ACTIVE) return true;
+      } finally {
+        session.close();
+      }
+    } catch {
+      return false;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return false;
+}
+
+/** Appends a line to <run dir>/logs/criu-plugin-PID.log. */
+function logOf(pid: number): (line: string) => void {
+  const dir = join(ownRunDir(), 'logs');
+  return (line) => {
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      appendFileSync(join(dir, `criu-plugin-${pid}.log`), `${new Date().toISOString()} ${line}\n`);
+    } catch {
+      // nowhere to say it
+    }
+  };
+}
