@@ -6,7 +6,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { runningStartTime } from './processes.js';
-import { processRunDir, socketPath } from './run-dir.js';
+import { socketCandidates } from './run-dir.js';
 
 /** What a job's --name may be (it stands where a PID does). */
 export const JOB_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,63}$/;
@@ -44,6 +44,5 @@ export function findJobByName(name: string, pids: number[]): number | undefined 
 
 /** The process runs CUDA under gpuckpt: its shim answers on a control socket. */
 export function isCudaMember(pid: number): boolean {
-  const dir = processRunDir(pid);
-  return !!dir && existsSync(socketPath(dir, pid));
+  return socketCandidates(pid).some((p) => existsSync(p));
 }

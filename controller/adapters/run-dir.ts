@@ -42,6 +42,33 @@ export function socketPath(dir: string, pid: number): string {
   return join(dir, `${pid}.sock`);
 }
 
+/**
+ * Where pid's control socket may be, most likely first: its run directory
+ * and ours, under the PID it has here; and, for a process in a container
+ * (other PID and mount namespaces), its run directory seen through
+ * /proc/PID/root under the PID it has there (the last of NSpid), which is
+ * what the shim names its socket by.
+ */
+export function socketCandidates(pid: number): string[] {
+  const own = processRunDir(pid);
+  const dirs = [...new Set([own, ownRunDir()].filter((d): d is string => !!d))];
+  const out = dirs.map((d) => socketPath(d, pid));
+  const inner = innerPid(pid);
+  if (own && inner !== undefined) out.push(socketPath(join(`/proc/${pid}/root`, own), inner));
+  return out;
+}
+
+/** pid as its own PID namespace numbers it, when that is another one. */
+function innerPid(pid: number): number | undefined {
+  try {
+    const ids = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^NSpid:\s+(.+)$/m)?.[1]?.trim().split(/\s+/);
+    const inner = ids && ids.length > 1 ? Number(ids[ids.length - 1]) : undefined;
+    return inner !== undefined && Number.isInteger(inner) ? inner : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Where suspended processes' data and driver keepers are described: this user's, in memory where the host has /dev/shm. */
 export function holdBaseDir(): string {
   const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();

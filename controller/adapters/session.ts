@@ -7,7 +7,7 @@
 import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from '../base/errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
-import { ownRunDir, processRunDir, socketPath } from './run-dir.js';
+import { socketCandidates } from './run-dir.js';
 import {
   CopyFlag,
   MAX_COPY_RANGES,
@@ -108,8 +108,7 @@ export class ShimSession {
     if (!isAlive(pid)) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
     const uid = processUid(pid);
     const myUid = process.getuid?.() ?? 0;
-    const dirs = [...new Set([processRunDir(pid), ownRunDir()].filter((d): d is string => !!d))];
-    const path = dirs.map((d) => socketPath(d, pid)).find((p) => existsSync(p));
+    const path = socketCandidates(pid).find((p) => existsSync(p));
     if (!path) {
       if (uid !== undefined && uid !== myUid)
         throw new GpuckptError('PEER_REFUSED', `process ${pid} belongs to uid ${uid}; gpuckpt controls only your own processes`);

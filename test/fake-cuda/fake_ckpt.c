@@ -49,6 +49,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -355,12 +356,32 @@ FAKE_LOCAL_ALIAS(cuCheckpointProcessGetRestoreThreadId)
 
 /* ---- the target side ---------------------------------------------------------- */
 
+/* This process as a controller outside its PID namespace names it (the
+ * first of NSpid, where /proc is that namespace's), as the driver does. */
+static int own_pid(void)
+{
+    static int pid, for_pid; /* again after a fork */
+    if (for_pid == (int)getpid())
+        return pid;
+    pid = for_pid = (int)getpid();
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "NSpid:", 6)) {
+            pid = atoi(line + 6);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return pid;
+}
+
 void fake_ckpt_wait(void)
 {
     const char *dir = fake_config()->ckpt_dir;
     char path[sizeof(fake_config()->ckpt_dir) + 32];
     int saved = errno;
-    if (state_path(path, sizeof(path), dir, (int)getpid(), "", "") == 0) {
+    if (state_path(path, sizeof(path), dir, own_pid(), "", "") == 0) {
         CUprocessState st;
         /* One open() per call while RUNNING (no file). */
         while (read_state(path, &st) == 0 &&
