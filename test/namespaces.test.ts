@@ -4,11 +4,13 @@
  * sees (a tmpfs of its mount namespace). Controlled from outside by the
  * PID the host gives it, through /proc/PID/status (NSpid) and
  * /proc/PID/root: checkpoint, suspend and resume, restore --into, and
- * plain CRIU with the plugin. Skipped where namespaces cannot be made.
+ * plain CRIU with the plugin (skipped where namespaces cannot be made).
+ * And a socket that names one process but is another's (a run directory
+ * shared with a container) is refused, never acted on.
  */
 import { describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppDriver, sameBuffers, type BufferState } from '../controller/adapters/app-driver.js';
 import { APPS, BIN, checkpointingSandbox, json, ROOT } from './helpers/e2e.js';
@@ -32,6 +34,21 @@ async function startContained(): Promise<{ app: AppDriver; pid: number; R: Buffe
   const children = readdirSync(`/proc/${app.pid}/task`).flatMap((t) => readFileSync(`/proc/${app.pid}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean));
   return { app, pid: Number(children[0]), R: ready.buffers as BufferState[] };
 }
+
+describe('a socket named by another process', () => {
+  it('is refused in one line, not acted on', async () => {
+    const { app } = await box.start(APPS.linked, { env });
+    const { app: other } = await box.start(APPS.linked, { env });
+    // As a run directory shared with a container could show it: the other's name on the first one's socket.
+    const name = join(box.runDir, `${other.pid}.sock`);
+    unlinkSync(name);
+    symlinkSync(join(box.runDir, `${app.pid}.sock`), name);
+    const r = box.cli(['checkpoint', String(other.pid), '--gpu-only', '-o', box.path('wrong')], env);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr.trim()).toMatch(new RegExp(`^gpuckpt: process ${other.pid} is not running under gpuckpt \\(.*belongs to another process, ${app.pid} in its own PID namespace\\)$`));
+    expect(existsSync(box.path('wrong'))).toBe(false);
+  });
+});
 
 describe.skipIf(!canUnshare)('a process in its own PID and mount namespaces', () => {
   it('is checkpointed, suspended and resumed, and restored into, by the PID it has here', async () => {

@@ -59,7 +59,7 @@ export function socketCandidates(pid: number): string[] {
 }
 
 /** pid as its own PID namespace numbers it, when that is another one. */
-function innerPid(pid: number): number | undefined {
+export function innerPid(pid: number): number | undefined {
   try {
     const ids = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^NSpid:\s+(.+)$/m)?.[1]?.trim().split(/\s+/);
     const inner = ids && ids.length > 1 ? Number(ids[ids.length - 1]) : undefined;

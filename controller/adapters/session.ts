@@ -7,7 +7,7 @@
 import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from '../base/errors.js';
 import { hasShimLoaded, isAlive, processUid } from './processes.js';
-import { socketCandidates } from './run-dir.js';
+import { innerPid, socketCandidates } from './run-dir.js';
 import {
   CopyFlag,
   MAX_COPY_RANGES,
@@ -133,6 +133,12 @@ export class ShimSession {
     } catch (e) {
       conn.close();
       throw mapError(e, pid, 'hello');
+    }
+    // A socket named by another PID namespace's number (a shared run
+    // directory) may be another process's: never act on the wrong one.
+    if (hello.pid !== (innerPid(pid) ?? pid)) {
+      conn.close();
+      throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} is not running under gpuckpt (${path} belongs to another process, ${hello.pid} in its own PID namespace)`);
     }
     return new ShimSession(pid, conn, hello);
   }
