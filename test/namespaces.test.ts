@@ -3,7 +3,7 @@
  * shim names its socket by the PID it sees (1) in a run directory only it
  * sees (a tmpfs of its mount namespace). Controlled from outside by the
  * PID the host gives it, through /proc/PID/status (NSpid) and
- * /proc/PID/root: checkpoint, suspend and resume, restore --into, and
+ * /proc/PID/root: listed by ps, checkpoint, suspend and resume, restore --into, and
  * plain CRIU with the plugin (skipped where namespaces cannot be made).
  * And a socket that names one process but is another's (a run directory
  * shared with a container) is refused, never acted on.
@@ -55,6 +55,8 @@ describe.skipIf(!canUnshare)('a process in its own PID and mount namespaces', ()
     const { app, pid, R } = await startContained();
     // Its socket is not where ours would be: only through /proc/PID/root.
     expect(existsSync(join(box.runDir, '1.sock'))).toBe(false);
+    const row = (json(ok(['ps', '--json']).stdout) as { pid: number; poolState: string }[]).find((r) => r.pid === pid);
+    expect(row?.poolState).toBe('active');
     const A = box.path('ns-A');
     ok(['checkpoint', String(pid), '--gpu-only', '-o', A]);
     expect(json(ok(['suspend', String(pid), '--json']).stdout).pid).toBe(pid);

@@ -3,7 +3,7 @@
  * computes the same directory from the same variables; when the target's
  * environment differs from ours, it is read from /proc/PID/environ.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -55,6 +55,36 @@ export function socketCandidates(pid: number): string[] {
   const out = dirs.map((d) => socketPath(d, pid));
   const inner = innerPid(pid);
   if (own && inner !== undefined) out.push(socketPath(join(`/proc/${pid}/root`, own), inner));
+  return out;
+}
+
+/**
+ * Processes in other PID namespaces than ours (containers) that name their
+ * run directory as we name ours (the default one, typically), with their
+ * control socket reachable through /proc/PID/root: what our run directory
+ * cannot list.
+ */
+export function containedShimPids(): number[] {
+  let ours: string;
+  try {
+    ours = readlinkSync('/proc/self/ns/pid');
+  } catch {
+    return [];
+  }
+  const mine = ownRunDir();
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^[0-9]+$/.test(name)) continue;
+    const pid = Number(name);
+    try {
+      if (readlinkSync(`/proc/${pid}/ns/pid`) === ours) continue;
+    } catch {
+      continue; // gone, or not ours to look at
+    }
+    const inner = innerPid(pid);
+    const dir = inner !== undefined ? processRunDir(pid) : undefined;
+    if (dir && dir === mine && existsSync(socketPath(join(`/proc/${pid}/root`, dir), inner!))) out.push(pid);
+  }
   return out;
 }
 

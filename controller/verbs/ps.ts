@@ -1,8 +1,12 @@
-/** Processes running under gpuckpt: every live control socket of this user, with the job each belongs to. */
+/**
+ * Processes running under gpuckpt: every live control socket of this
+ * user, and those of processes in containers (other PID namespaces) it can
+ * reach, with the job each belongs to.
+ */
 import { readdirSync, unlinkSync } from 'node:fs';
 import { ShimSession } from '../adapters/session.js';
 import { commandLine, isAlive } from '../adapters/processes.js';
-import { ownRunDir, socketPath } from '../adapters/run-dir.js';
+import { containedShimPids, ownRunDir, socketPath } from '../adapters/run-dir.js';
 import { CommFlag, type OutsidePool } from '../../native/index.js';
 import { jobOf, type JobTag } from '../adapters/jobs.js';
 
@@ -27,17 +31,17 @@ export interface ProcessRow {
 const POOL_STATES = ['not-yet', 'active', 'disabled', 'suspended', 'half-restored'] as const;
 
 export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]> {
-  let names: string[];
+  let names: string[] = [];
   try {
     names = readdirSync(runDir);
   } catch {
-    return [];
+    // none of ours; contained ones may still be
   }
-  const pids = names
+  const own = names
     .map((n) => n.match(/^([0-9]+)\.sock$/))
     .filter((m): m is RegExpMatchArray => !!m)
-    .map((m) => Number(m[1]))
-    .sort((a, b) => a - b);
+    .map((m) => Number(m[1]));
+  const pids = [...new Set([...own, ...containedShimPids()])].sort((a, b) => a - b);
   const rows: ProcessRow[] = [];
   for (const pid of pids) {
     if (!isAlive(pid)) {
