@@ -9,7 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync,
 import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
-import { ownRunDir } from './run-dir.js';
+import { logsDir } from './run-dir.js';
 import { packageRoot } from '../../native/index.js';
 
 export interface Criu {
@@ -72,7 +72,7 @@ function firstError(log: string): string {
  * directory: <run dir>/logs/criu-WHAT-TIME.log (the newest 20 kept).
  */
 function keepLog(log: string, what: string): string {
-  const dir = join(ownRunDir(), 'logs');
+  const dir = logsDir();
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     const kept = join(dir, `criu-${what}-${new Date().toISOString().replace(/[:.]/g, '-')}.log`);

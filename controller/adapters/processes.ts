@@ -28,13 +28,32 @@ export function commandLine(pid: number): string[] {
   }
 }
 
-export function processUid(pid: number): number | undefined {
+/** The fields of /proc/PID/status, each value's words; undefined when there is no such process. */
+export function processStatus(pid: number): Record<string, string[]> | undefined {
+  let text: string;
   try {
-    const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^Uid:\s+(\d+)/m);
-    return m ? Number(m[1]) : undefined;
+    text = readFileSync(`/proc/${pid}/status`, 'utf8');
   } catch {
     return undefined;
   }
+  const fields: Record<string, string[]> = {};
+  for (const line of text.split('\n')) {
+    const colon = line.indexOf(':');
+    if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 1).trim().split(/\s+/);
+  }
+  return fields;
+}
+
+export function processUid(pid: number): number | undefined {
+  const uid = processStatus(pid)?.Uid?.[0];
+  return uid ? Number(uid) : undefined;
+}
+
+/** pid as its own PID namespace numbers it, when that is another one. */
+export function innerPid(pid: number): number | undefined {
+  const ids = processStatus(pid)?.NSpid;
+  const inner = ids && ids.length > 1 ? Number(ids[ids.length - 1]) : undefined;
+  return inner !== undefined && Number.isInteger(inner) ? inner : undefined;
 }
 
 /**

@@ -6,6 +6,7 @@
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { innerPid } from './processes.js';
 
 export interface RunDirEnv {
   GPUCKPT_RUN_DIR?: string;
@@ -20,6 +21,11 @@ export function runDirFor(env: RunDirEnv, uid: number): string {
 
 export function ownRunDir(): string {
   return runDirFor(process.env, process.getuid?.() ?? 0);
+}
+
+/** Where logs that outlive a command go: <run dir>/logs. */
+export function logsDir(): string {
+  return join(ownRunDir(), 'logs');
 }
 
 /** The target's own run directory, if its environment is readable. */
@@ -86,17 +92,6 @@ export function containedShimPids(): number[] {
     if (dir && dir === mine && existsSync(socketPath(join(`/proc/${pid}/root`, dir), inner!))) out.push(pid);
   }
   return out;
-}
-
-/** pid as its own PID namespace numbers it, when that is another one. */
-export function innerPid(pid: number): number | undefined {
-  try {
-    const ids = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^NSpid:\s+(.+)$/m)?.[1]?.trim().split(/\s+/);
-    const inner = ids && ids.length > 1 ? Number(ids[ids.length - 1]) : undefined;
-    return inner !== undefined && Number.isInteger(inner) ? inner : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Where suspended processes' data and driver keepers are described: this user's, in memory where the host has /dev/shm. */

@@ -6,8 +6,8 @@
  */
 import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from '../base/errors.js';
-import { hasShimLoaded, isAlive, processUid } from './processes.js';
-import { innerPid, socketCandidates } from './run-dir.js';
+import { hasShimLoaded, innerPid, isAlive, processUid } from './processes.js';
+import { socketCandidates } from './run-dir.js';
 import {
   CopyFlag,
   MAX_COPY_RANGES,

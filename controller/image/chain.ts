@@ -13,7 +13,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_CHAIN_LENGTH } from './format.js';
 import { AllocationBlocks } from './blocks.js';
-import { firstEndingAfter } from './unused-ranges.js';
+import { firstEndingAfter, firstEndingAfterBy } from './unused-ranges.js';
 import { hex } from './manifest-check.js';
 import type { AllocationRecord, FrameRecord, Manifest } from './manifest-types.js';
 import { ImageReader } from './reader.js';
@@ -189,13 +189,7 @@ export function planChain(chain: ImageReader[]): ChainPlan {
  * an allocation cut by zero blocks has thousands of gaps.
  */
 function take(gaps: { start: bigint; end: bigint }[], start: bigint, end: bigint, parts: ChainSource['parts']): { start: bigint; end: bigint }[] {
-  let lo = 0;
-  let hi = gaps.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (gaps[mid]!.end <= start) lo = mid + 1;
-    else hi = mid;
-  }
+  const lo = firstEndingAfterBy(gaps, start, (g) => g.end);
   const kept: { start: bigint; end: bigint }[] = [];
   let k = lo;
   for (; k < gaps.length && gaps[k]!.start < end; k++) {
@@ -214,17 +208,8 @@ function take(gaps: { start: bigint; end: bigint }[], start: bigint, end: bigint
 /** The newest image's allocations on the frame's device that share bytes with it. */
 function overlapping<T extends { a: AllocationRecord }>(sorted: T[], frame: Pick<FrameRecord, 'device' | 'addr'> & { length: number | bigint }): T[] {
   const end = frame.addr + BigInt(frame.length);
-  // The first allocation ending after the frame's start.
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    const { a } = sorted[mid]!;
-    if (a.addr + a.size <= frame.addr) lo = mid + 1;
-    else hi = mid;
-  }
   const out: T[] = [];
-  for (let k = lo; k < sorted.length && sorted[k]!.a.addr < end; k++) if (sorted[k]!.a.device === frame.device) out.push(sorted[k]!);
+  for (let k = firstEndingAfterBy(sorted, frame.addr, ({ a }) => a.addr + a.size); k < sorted.length && sorted[k]!.a.addr < end; k++) if (sorted[k]!.a.device === frame.device) out.push(sorted[k]!);
   return out;
 }
 
@@ -252,14 +237,7 @@ export class ParentBlocks {
   /** The parent's allocation holding addr on device. */
   private holding(device: number, addr: bigint) {
     const list = this.byDevice.get(device) ?? [];
-    let lo = 0;
-    let hi = list.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (list[mid]!.end <= addr) lo = mid + 1;
-      else hi = mid;
-    }
-    const p = list[lo];
+    const p = list[firstEndingAfterBy(list, addr, (x) => x.end)];
     return p && p.addr <= addr ? p : undefined;
   }
 

@@ -43,7 +43,7 @@ import type {
 } from './manifest-types.js';
 import { AllocationBlocks } from './blocks.js';
 import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANES_FORMAT_VERSION, UNUSED_FORMAT_VERSION } from './format.js';
-import { firstEndingAfter } from './unused-ranges.js';
+import { firstEndingAfter, withoutUnused } from './unused-ranges.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
 
@@ -273,13 +273,8 @@ function gapRule(m: Manifest): GapRule {
     return true;
   };
   return (ai, start, end) => {
-    let at = start;
-    for (let i = firstEndingAfter(unused, at); i < unused.length && unused[i]!.addr < end; i++) {
-      const u = unused[i]!;
-      if (u.addr > at && !zeros(ai, at, u.addr)) return false;
-      at = u.addr + u.size;
-    }
-    return at >= end || zeros(ai, at, end);
+    const gap = { device: m.allocations[ai]!.device, addr: start, size: end - start };
+    return withoutUnused([gap], unused).every((p) => zeros(ai, p.addr, p.addr + p.size));
   };
 }
 

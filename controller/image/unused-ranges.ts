@@ -52,11 +52,16 @@ export function withoutUnused(ranges: AllocationRecord[], unused: AllocationReco
 
 /** Index of the first of sorted ranges ending after addr (bisection). */
 export function firstEndingAfter(sorted: { addr: bigint; size: bigint }[], addr: bigint): number {
+  return firstEndingAfterBy(sorted, addr, (r) => r.addr + r.size);
+}
+
+/** Index of the first of sorted (disjoint, by address) whose end, endOf, lies after addr. */
+export function firstEndingAfterBy<T>(sorted: T[], addr: bigint, endOf: (x: T) => bigint): number {
   let lo = 0;
   let hi = sorted.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (sorted[mid]!.addr + sorted[mid]!.size <= addr) lo = mid + 1;
+    if (endOf(sorted[mid]!) <= addr) lo = mid + 1;
     else hi = mid;
   }
   return lo;

@@ -21,11 +21,11 @@
  * before "ready" on stdout (its stderr goes nowhere); after, the plugin has
  * stopped reading: the outcome goes to <run dir>/logs/criu-plugin-PID.log.
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
-import { isAlive, killProcess } from '../adapters/processes.js';
-import { ownRunDir } from '../adapters/run-dir.js';
+import { isAlive, killProcess, processStatus } from '../adapters/processes.js';
+import { logsDir } from '../adapters/run-dir.js';
 import { ShimSession } from '../adapters/session.js';
 import { openChain } from '../image/chain.js';
 import { MANIFEST_FILE } from '../image/format.js';
@@ -123,15 +123,10 @@ const WAIT_MS = 600_000;
  */
 async function runsFreely(pid: number, criu?: number): Promise<'runs' | 'gone' | 'stopped'> {
   for (const until = Date.now() + WAIT_MS; Date.now() < until; await new Promise((r) => setTimeout(r, 20))) {
-    let status: string;
-    try {
-      status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    } catch {
-      return 'gone';
-    }
-    const state = status.match(/^State:\s+(\S)/m)?.[1];
-    if (state === 'Z' || state === 'X') return 'gone';
-    const held = !/^TracerPid:\s+0$/m.test(status) || state === 'T' || state === 't';
+    const status = processStatus(pid);
+    const state = status?.State?.[0];
+    if (!status || state === 'Z' || state === 'X') return 'gone';
+    const held = status.TracerPid?.[0] !== '0' || state === 'T' || state === 't';
     if (!held && !(criu && isAlive(criu))) return 'runs';
   }
   return isAlive(pid) ? 'stopped' : 'gone';
@@ -157,7 +152,7 @@ async function becomesActive(pid: number): Promise<boolean> {
 
 /** Appends a line to <run dir>/logs/criu-plugin-PID.log. */
 function logOf(pid: number): (line: string) => void {
-  const dir = join(ownRunDir(), 'logs');
+  const dir = logsDir();
   return (line) => {
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 });

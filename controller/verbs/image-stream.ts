@@ -10,8 +10,8 @@
  * stream is checked whole (image/stream.ts) before anything is restored
  * from it, and its directory goes once the job runs.
  */
-import { closeSync, cpSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, cpSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
+import { freemem, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { GpuckptError } from '../base/errors.js';
@@ -21,8 +21,10 @@ import { DATA_FILE } from '../image/format.js';
 import { receiveImage, sendImage, type FollowedFile, type StreamSummary } from '../image/stream.js';
 import { fsyncDir } from '../image/durable.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
+import { isCudaMember } from '../adapters/jobs.js';
 import { readTree } from '../adapters/process-tree.js';
-import { listProcesses } from './ps.js';
+import { processStatus } from '../adapters/processes.js';
+import { ShimSession } from '../adapters/session.js';
 
 /** '-': standard output or input. */
 export const STDIO = '-';
@@ -57,7 +59,7 @@ export function passingParent(bytes: number, otherwise = tmpdir(), env: NodeJS.P
     // Room in /dev/shm, and memory for it beside the staging a checkpoint
     // or restore takes (about as much again).
     const fs = statfsSync(SHM);
-    if (fs.bavail * fs.bsize >= bytes + (1 << 30) && memAvailable() >= 2 * bytes + (1 << 30)) return SHM;
+    if (fs.bavail * fs.bsize >= bytes + (1 << 30) && freemem() >= 2 * bytes + (1 << 30)) return SHM;
   } catch {
     // no /dev/shm here
   }
@@ -66,35 +68,38 @@ export function passingParent(bytes: number, otherwise = tmpdir(), env: NodeJS.P
 
 const SHM = '/dev/shm';
 
-/** MemAvailable of /proc/meminfo, in bytes (0 when unknown). */
-function memAvailable(): number {
-  try {
-    const m = readFileSync('/proc/meminfo', 'utf8').match(/^MemAvailable:\s+(\d+) kB/m);
-    return m ? Number(m[1]) * 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
-
 /**
  * At most how many bytes an image of the job of pid holds: its CUDA
  * processes' pools in use and, for a whole-process image, the resident
  * memory of its process tree (CRIU's pages), before any compression.
  */
 export async function imageBytesBound(pid: number, gpuOnly: boolean): Promise<number> {
-  const rows = await listProcesses();
-  const pools = rows.filter((r) => r.pid === pid || r.job?.launcher === pid).reduce((n, r) => n + r.devices.reduce((m, d) => m + Number(d.bytesInUse), 0), 0);
-  if (gpuOnly) return pools;
-  return pools + readTree(pid).reduce((n, p) => n + residentBytes(p.pid), 0);
+  let bytes = 0;
+  for (const { pid: p } of readTree(pid)) {
+    if (isCudaMember(p)) bytes += await poolInUse(p);
+    if (!gpuOnly) bytes += residentBytes(p);
+  }
+  return bytes;
 }
 
-function residentBytes(pid: number): number {
+/** Bytes of pid's pool allocations (0 when its shim does not answer: the checkpoint will say why). */
+async function poolInUse(pid: number): Promise<number> {
   try {
-    const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
-    return m ? Number(m[1]) * 1024 : 0;
+    const session = await ShimSession.open(pid);
+    try {
+      return Number((await session.status()).devices.reduce((n, d) => n + d.bytesInUse, 0n));
+    } finally {
+      session.close();
+    }
   } catch {
     return 0;
   }
+}
+
+/** Resident memory of pid (VmRSS), in bytes; 0 when unknown. */
+function residentBytes(pid: number): number {
+  const rss = processStatus(pid)?.VmRSS?.[0]; // in kB
+  return rss ? Number(rss) * 1024 : 0;
 }
 
 /**
