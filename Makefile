@@ -15,7 +15,7 @@ SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
 SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h)
 TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
-all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-criu-compat.so $(B)/criu/gpuckpt_criu.so
+all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-snapshot-holder $(B)/gpuckpt-criu-compat.so $(B)/criu/gpuckpt_criu.so
 
 $(B)/obj/%.o: %.c $(SHIM_HDR)
 	@mkdir -p $(dir $@)
@@ -28,9 +28,14 @@ $(B)/libgpuckpt.so: $(SHIM_OBJ)
 	$(SHIM_LINK)
 
 # Started by `gpuckpt suspend` (native/keeper/driver_keeper.c says why).
-$(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c
+$(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c native/common/proc_stat.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -o $@ $< -ldl
+
+# Keeps GPU-held snapshots (native/holder/snapshot_holder.c says why).
+$(B)/gpuckpt-snapshot-holder: native/holder/snapshot_holder.c native/holder/messages.gen.h native/common/proc_stat.h protocol/gpuckpt_protocol.h protocol/gpck_wire.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -Iprotocol -o $@ $<
 
 # Preloaded into CRIU older than 4.2 on Linux 6.16+ (native/criu-compat/criu_compat.c says why).
 $(B)/gpuckpt-criu-compat.so: native/criu-compat/criu_compat.c

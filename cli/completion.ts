@@ -23,7 +23,7 @@ _gpuckpt_pids() {
     local dir="\${GPUCKPT_RUN_DIR:-\${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/gpuckpt}}"
     dir="\${dir:-/tmp/gpuckpt-$(id -u)}"
     local s
-    for s in "$dir"/*.sock; do [ -e "$s" ] && basename "$s" .sock; done
+    for s in "$dir"/[0-9]*.sock; do [ -e "$s" ] && basename "$s" .sock; done
 }
 _gpuckpt() {
     local cur=\${COMP_WORDS[COMP_CWORD]} opts pids=0

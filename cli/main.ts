@@ -20,10 +20,13 @@ import { criuPluginStep, PLUGIN_STEPS, type PluginStep } from '../controller/ver
 import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
 import { checkpointStreamed, imageBytesBound, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
+import { isGpuSnapshotName, releaseGpuSnapshots, restoreFromGpu, snapshotToGpu } from '../controller/verbs/gpu-held.js';
 import { parseSize } from '../controller/base/units.js';
 import {
   inspectJson,
   printCheckpoint,
+  printGpuRollback,
+  printGpuSnapshot,
   printInspect,
   printJobCheckpoint,
   printJobResume,
@@ -32,6 +35,7 @@ import {
   printProcessCheckpoint,
   printProcesses,
   printProcessRestore,
+  printRelease,
   printResume,
   printRollback,
   printStream,
@@ -173,6 +177,7 @@ function buildProgram(): Command {
     .option('--level <n>', 'zstd compression level, 1 (fastest) to 19', '1')
     .option('--raw-criu-pages', "keep CRIU's memory pages as CRIU wrote them, for tools that read CRIU images (default: compressed like the pool)")
     .option('--whole-pool', "take every byte of the pool, even what the framework's allocator (PyTorch's) holds unused")
+    .option('--to-gpu [gpu]', "with --gpu-only: keep the snapshot in GPU memory (the process's own GPUs, or all on this one), to roll back to in milliseconds (restore gpu:ID --into PID)")
     .addHelpText(
       'after',
       examples([
@@ -184,9 +189,19 @@ function buildProgram(): Command {
         'gpuckpt checkpoint 4242 -o /ckpt/job --criu-opt=--tcp-established   # a job with open TCP connections',
         'gpuckpt checkpoint 4242 -o - | ssh other gpuckpt restore -   # move the job to another host',
         'gpuckpt checkpoint 4242 --gpu-only --export /ckpt/step1000.gpuckpt',
+        'gpuckpt checkpoint 4242 --gpu-only --to-gpu   # an undo point in GPU memory: restore gpu:1 --into 4242',
       ]),
     )
-    .action(async (pidText: string, opts: TransferFlags & { output?: string; export?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean; wholePool?: boolean }) => {
+    .action(async (pidText: string, opts: TransferFlags & { output?: string; export?: string; gpuOnly: boolean; leaveRunning?: boolean; criu?: string; criuOpt: string[]; force?: boolean; parent?: string; live?: boolean; level: string; rawCriuPages?: boolean; wholePool?: boolean; toGpu?: string | boolean }) => {
+      if (opts.toGpu !== undefined) {
+        if (!opts.gpuOnly) throw new GpuckptError('BAD_ARGUMENT', '--to-gpu keeps a --gpu-only snapshot: add --gpu-only');
+        const other = (['output', 'export', 'parent', 'live', 'force', 'staging', 'workers', 'wholePool'] as const).find((k) => opts[k] !== undefined && opts[k] !== false);
+        if (other) throw new GpuckptError('BAD_ARGUMENT', `--${other.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} is for images in files; a --to-gpu snapshot stays in GPU memory`);
+        const summary = await snapshotToGpu(parsePid(pidText), { gpu: typeof opts.toGpu === 'string' ? opts.toGpu : undefined });
+        if (opts.json) printJson(summary);
+        else printGpuSnapshot(summary);
+        return;
+      }
       if (opts.output !== undefined && opts.export !== undefined) throw new GpuckptError('BAD_ARGUMENT', '-o and --export both say where the image goes: give one');
       const output = opts.export ?? required(opts.output, '-o, --output <dir>');
       const streamed = opts.export !== undefined || output === STDIO;
@@ -240,6 +255,7 @@ function buildProgram(): Command {
         'gpuckpt restore /ckpt/step1000 --into 4242',
         'ssh other gpuckpt checkpoint 4242 -o - | gpuckpt restore - --detach',
         'gpuckpt restore --import /ckpt/step1000.gpuckpt --into 4242',
+        'gpuckpt restore gpu:1 --into 4242     # a snapshot held in GPU memory (checkpoint --to-gpu)',
       ]),
     )
     .action(async (image: string | undefined, opts: TransferFlags & { import?: string; into?: string; device?: string; detach?: boolean; criu?: string }) => {
@@ -248,6 +264,14 @@ function buildProgram(): Command {
       const source = opts.import ?? image;
       if (source === undefined) throw new GpuckptError('BAD_ARGUMENT', 'no image: give its directory, - for a stream on standard input, or --import FILE');
       const streamed = opts.import !== undefined || source === STDIO;
+      if (isGpuSnapshotName(source)) {
+        if (opts.into === undefined) throw new GpuckptError('BAD_ARGUMENT', `${source} is held in GPU memory for a running process: give --into PID`);
+        if (opts.device !== undefined || opts.detach || opts.staging || opts.workers) throw new GpuckptError('BAD_ARGUMENT', 'a snapshot in GPU memory goes back into its running process: --into PID only');
+        const summary = await restoreFromGpu(source, parsePid(opts.into));
+        if (opts.json) printJson(summary);
+        else printGpuRollback(summary);
+        return;
+      }
       if (opts.into !== undefined) {
         if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
         const pid = parsePid(opts.into);
@@ -264,6 +288,22 @@ function buildProgram(): Command {
       else if (opts.detach) console.log(summary.pid);
       else printProcessRestore(summary);
       if (!opts.detach) process.exitCode = summary.signal ? 128 : (summary.exitCode ?? 1);
+    });
+
+  program
+    .command('release')
+    .description('let snapshots held in GPU memory go (checkpoint --to-gpu); gpuckpt ps lists them')
+    .argument('[snapshots...]', 'snapshot names, gpu:ID')
+    .option('--pid <pid>', "every snapshot of this process")
+    .option('--all', 'every snapshot held')
+    .option('--json', 'print a JSON summary on stdout')
+    .addHelpText('after', examples(['gpuckpt release gpu:3', 'gpuckpt release --pid 4242', 'gpuckpt release --all']))
+    .action(async (names: string[], opts: { pid?: string; all?: boolean; json?: boolean }) => {
+      const given = [names.length > 0, opts.pid !== undefined, !!opts.all].filter(Boolean).length;
+      if (given !== 1) throw new GpuckptError('BAD_ARGUMENT', 'say what to release: snapshot names (gpu:ID), --pid PID or --all');
+      const summary = await releaseGpuSnapshots(names, opts.pid !== undefined ? parsePid(opts.pid) : undefined);
+      if (opts.json) printJson(summary);
+      else printRelease(summary);
     });
 
   program

@@ -9,6 +9,7 @@ import type { ProcessCheckpointSummary, ProcessRestoreSummary } from '../control
 import type { JobCheckpointSummary, JobResumeSummary, JobSuspendSummary } from '../controller/verbs/job.js';
 import { formatBytes, hex } from '../controller/base/units.js';
 import type { StreamedSummary } from '../controller/verbs/image-stream.js';
+import type { GpuRollbackSummary, GpuSnapshotSummary, HeldSnapshot, ReleaseSummary } from '../controller/verbs/gpu-held.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 import { describeFrameworkUse } from '../controller/engine/framework-free.js';
 
@@ -57,6 +58,29 @@ export function printProcesses(rows: ProcessRow[]): void {
     const name = ranks[0]!.job!.name;
     console.log(`job ${launcher}${name ? ` (${name})` : ''}: ${ranks.length} CUDA process(es) ${ranks.map((r) => r.pid).join(', ')}; GPUs ${gpus.join(', ') || '-'}; pool ${formatBytes(pool)} in use`);
   }
+  for (const r of rows) for (const s of r.gpuSnapshots) console.log(describeGpuSnapshot(s));
+}
+
+/** One line per GPU-held snapshot: its name, process, what it holds where, and when it was taken. */
+function describeGpuSnapshot(s: HeldSnapshot): string {
+  const where = s.gpus.map((g) => `${formatBytes(g.bytes)} on ${g.uuid}`).join(', ');
+  const taken = new Date(s.createdMs).toISOString().replace('T', ' ').slice(0, 19);
+  return `snapshot ${s.snapshot} of process ${s.pid}: ${where}${s.rawBytes !== undefined ? ` (${formatBytes(s.rawBytes)} allocated)` : ''}, taken ${taken} UTC${s.complete ? '' : ', being made'}`;
+}
+
+export function printGpuSnapshot(s: GpuSnapshotSummary): void {
+  console.log(`snapshot ${s.snapshot} of process ${s.pid} held in GPU memory on ${s.gpus.join(', ')}`);
+  console.log(`  ${formatBytes(s.rawBytes)} allocated, ${formatBytes(s.heldBytes)} of GPU memory held; restore ${s.snapshot} --into ${s.pid} rolls back to it, gpuckpt release ${s.snapshot} lets it go`);
+  console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms (copy ${(s.copySeconds * 1000).toFixed(1)} ms, ${s.copyGBps} GB/s); total ${s.seconds} s`);
+}
+
+export function printGpuRollback(s: GpuRollbackSummary): void {
+  console.log(`process ${s.pid} rolled back to snapshot ${s.snapshot} (${formatBytes(s.rawBytes)})`);
+  console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms (copy ${(s.copySeconds * 1000).toFixed(1)} ms, ${s.copyGBps} GB/s); total ${s.seconds} s`);
+}
+
+export function printRelease(s: ReleaseSummary): void {
+  console.log(s.released ? `released ${s.released} GPU-held snapshot(s), ${formatBytes(s.bytes)} of GPU memory` : 'no GPU-held snapshot to release');
 }
 
 export function printCheckpoint(s: CheckpointSummary): void {

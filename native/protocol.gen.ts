@@ -1,7 +1,7 @@
 // Generated from protocol/messages.mjs by protocol/generate.mjs: do not edit.
 /* eslint-disable */
 
-export const PROTOCOL_VERSION = 15;
+export const PROTOCOL_VERSION = 16;
 
 /** Request types (enum gpck_type). */
 export const MessageType = {
@@ -27,6 +27,11 @@ export const MessageType = {
   NCCL_NEW_ID: 20,
   NCCL_REBUILD: 21,
   FRAMEWORK_FREE: 22,
+  HOLD_PUT: 40,
+  HOLD_LIST: 41,
+  HOLD_TAKE: 42,
+  HOLD_DROP: 43,
+  HOLD_RECLAIM: 44,
 } as const;
 
 export const MAX_DEVICES = 16;
@@ -43,7 +48,9 @@ export const CopyFlag = { COMPLETES: 1, ZEROS: 2, FROM_MIRROR: 4 } as const;
 export const MAX_DIGESTS = 16000;
 export const MAX_DIGEST_RANGES = 1024;
 export const SuspendFlag = { HOLD_STAGING: 1, HOLD_PEER: 2 } as const;
-export const PeerFlag = { INTO_POOL: 1, COMPLETES: 2, MIRROR: 4, ADOPT: 8 } as const;
+export const PeerFlag = { INTO_POOL: 1, COMPLETES: 2, MIRROR: 4, ADOPT: 8, SNAPSHOT: 16 } as const;
+export const HoldFlag = { LAST: 1 } as const;
+export const MAX_HOLD_ENTRIES = 1024;
 export const MAX_COMMS = 64;
 export const CommFlag = { DOWN: 1, MULTI_DEVICE: 2 } as const;
 export const NcclFlag = { HELD: 1, REACHED: 2, HELD_BY_SENDER: 4 } as const;
@@ -242,12 +249,20 @@ export interface PeerReply {
   chunksHeld: number;
 }
 
+export interface ChunkRun {
+  /** the first chunk */
+  addr: bigint;
+  /** adjacent chunks from addr, all in the one allocation behind its fd */
+  chunks: number;
+}
+
 export interface PeerRequest {
   /** the pool's device ordinal (slice) */
   device: number;
   /** 0: hold (above); GPCK_PEER_INTO_POOL, GPCK_PEER_MIRROR or GPCK_PEER_ADOPT */
   flags: number;
   first: number;
+  runs: ChunkRun[];
 }
 
 export interface NcclComm {
@@ -323,6 +338,68 @@ export interface FrameworkRequest {
   timeoutMs: number;
 }
 
+export interface HoldReply {
+  id: bigint;
+  /** PUT: held in the part so far; DROP, RECLAIM: let go; TAKE: 0 */
+  bytes: number;
+  /** PUT: fds in the part so far; TAKE: fds passed; DROP, RECLAIM: snapshots let go */
+  count: number;
+}
+
+export interface HoldPutRequest {
+  /** 0: a new snapshot (first 0 of part 0) */
+  id: bigint;
+  /** field 22 of the process's /proc/PID/stat */
+  startTime: bigint;
+  /** of GPU memory behind the fds of this request */
+  bytes: number;
+  /** the part's fds sent before these */
+  first: number;
+  pid: number;
+  part: number;
+  /** GPCK_HOLD_* */
+  flags: number;
+  /** the GPU the memory is on */
+  uuid: string;
+}
+
+export interface HoldEntry {
+  id: bigint;
+  bytes: number;
+  /** CLOCK_REALTIME */
+  createdMs: number;
+  pid: number;
+  part: number;
+  fds: number;
+  complete: boolean;
+  uuid: string;
+}
+
+export interface HoldListReply {
+  holderPid: number;
+  /** one per part */
+  entries: HoldEntry[];
+}
+
+export interface HoldTakeRequest {
+  id: bigint;
+  first: number;
+  part: number;
+  /** at most GPCK_MAX_STAGING_FILES */
+  count: number;
+}
+
+export interface HoldDropRequest {
+  /** 0: every snapshot of pid (pid 0: all) */
+  id: bigint;
+  pid: number;
+}
+
+export interface HoldReclaimRequest {
+  bytes: number;
+  uuid: string;
+}
+
 /** Each message: what its request takes and its reply gives (undefined: no payload). */
 export interface Messages {
   HELLO: { request: HelloRequest; reply: HelloReply };
@@ -347,4 +424,9 @@ export interface Messages {
   NCCL_NEW_ID: { request: undefined; reply: NcclId };
   NCCL_REBUILD: { request: NcclRebuildRequest; reply: undefined };
   FRAMEWORK_FREE: { request: FrameworkRequest; reply: FrameworkReply };
+  HOLD_PUT: { request: HoldPutRequest; reply: HoldReply };
+  HOLD_LIST: { request: undefined; reply: HoldListReply };
+  HOLD_TAKE: { request: HoldTakeRequest; reply: HoldReply };
+  HOLD_DROP: { request: HoldDropRequest; reply: HoldReply };
+  HOLD_RECLAIM: { request: HoldReclaimRequest; reply: HoldReply };
 }

@@ -4,6 +4,7 @@
 //   native/src/protocol_codec.gen.cc     the addon's encode and decode (JS <-> structs)
 //   native/protocol.gen.ts               the TypeScript types and constants
 //   shim/control/messages.gen.h          the messages the shim serves, for its dispatch
+//   native/holder/messages.gen.h         the messages the snapshot holder serves
 // Usage: node protocol/generate.mjs [--check]
 //   --check  exit 1 if a committed file differs from what the table gives.
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -17,6 +18,7 @@ const OUT = {
   codec: join(root, 'native', 'src', 'protocol_codec.gen.cc'),
   ts: join(root, 'native', 'protocol.gen.ts'),
   dispatch: join(root, 'shim', 'control', 'messages.gen.h'),
+  holder: join(root, 'native', 'holder', 'messages.gen.h'),
 };
 
 const structs = new Map(ITEMS.filter((i) => i.kind === 'struct').map((s) => [s.name, s]));
@@ -126,6 +128,8 @@ function encodeStruct(s, obj, indent) {
     else if (flex && f.name === flex.count) lines.push(`v.${f.name} = ${flex.js}.Length();`);
     else if (f.as === 'skip') continue;
     else if (f.as === 'bool') lines.push(`v.${f.name} = ${obj}.Get("${f.js}").ToBoolean().Value() ? 1u : 0u;`);
+    else if (f.as === 'uuid')
+      lines.push(`if (!UuidBytes(${obj}.Get("${f.js}").ToString().Utf8Value(), v.${f.name})) {`, `  err = "${f.js} must be a GPU UUID";`, '  return false;', '}');
     else if (f.as === 'buffer') {
       // A fixed array of bytes: a Buffer of exactly its length.
       lines.push(`{`, `  Napi::Value b = ${obj}.Get("${f.js}");`);
@@ -153,7 +157,7 @@ const DECODE_SCALAR = {
   bigint: (x) => `Napi::BigInt::New(env, static_cast<uint64_t>(${x}))`,
   bool: (x) => `Napi::Boolean::New(env, (${x}) != 0)`,
   string: (x) => `Napi::String::New(env, std::string(${x}, strnlen(${x}, sizeof(${x}))))`,
-  uuid: (x) => `Uuid(env, ${x})`,
+  uuid: (x) => `Napi::String::New(env, UuidText(${x}))`,
 };
 
 /** C++ setting the JS fields of `o` from the struct at `r` (a pointer), payload size `size`. */
@@ -196,6 +200,7 @@ function codec() {
     '',
     '#include "gpuckpt_protocol.h"',
     '#include "js_values.h"',
+    '#include "uuid_text.h"',
     '',
     'namespace gpuckpt {',
     '',
@@ -205,14 +210,6 @@ function codec() {
     'void Append(std::vector<uint8_t>& out, const T& v) {',
     '  const auto* p = reinterpret_cast<const uint8_t*>(&v);',
     '  out.insert(out.end(), p, p + sizeof(T));',
-    '}',
-    '',
-    '// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi writes a UUID.',
-    'Napi::String Uuid(Napi::Env env, const uint8_t* u) {',
-    '  char s[48];',
-    '  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],',
-    '           u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);',
-    '  return Napi::String::New(env, s);',
     '}',
     '',
   ];
@@ -297,14 +294,16 @@ function typescript() {
 
 // ------------------------------------------------------------ shim dispatch --
 
-function dispatch() {
+/** The dispatch list of one server: 'shim' (handlers.c) or 'holder' (native/holder/). */
+function dispatch(server, where) {
   const out = [
     `/* ${GEN_NOTE}`,
-    ' * Every message the shim serves, for its dispatch (handlers.c):',
+    ` * Every message the ${server} serves, for its dispatch (${where}):`,
     ' * GP_MESSAGE(NAME, handler suffix, reply size preset, takes fds). */',
   ];
   for (const [name, , , rep, , o = {}] of MESSAGES)
-    out.push(`GP_MESSAGE(${name}, ${name.toLowerCase()}, ${rep ? `sizeof(struct gpck_${rep})` : '0'}, ${o.fds ? 1 : 0})`);
+    if ((o.server ?? 'shim') === server)
+      out.push(`GP_MESSAGE(${name}, ${name.toLowerCase()}, ${rep ? `sizeof(struct gpck_${rep})` : '0'}, ${o.fds ? 1 : 0})`);
   return out.join('\n') + '\n';
 }
 
@@ -314,7 +313,8 @@ const files = [
   [OUT.header, header()],
   [OUT.codec, codec()],
   [OUT.ts, typescript()],
-  [OUT.dispatch, dispatch()],
+  [OUT.dispatch, dispatch('shim', 'handlers.c')],
+  [OUT.holder, dispatch('holder', 'snapshot_holder.c')],
 ];
 if (process.argv.includes('--check')) {
   const stale = files.filter(([p, text]) => {

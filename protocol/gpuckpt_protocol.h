@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 15u
+#define GPCK_PROTOCOL_VERSION 16u
 
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
@@ -56,6 +56,11 @@ enum gpck_type {
     GPCK_NCCL_NEW_ID = 20,   /* (none) -> gpck_nccl_id: a unique id for a communicator's rebuild */
     GPCK_NCCL_REBUILD = 21,  /* gpck_nccl_rebuild_req -> (none): make one communicator again */
     GPCK_FRAMEWORK_FREE = 22, /* gpck_framework_req -> gpck_framework_rep: memory the framework's allocator holds unused, from its in-process hook */
+    GPCK_HOLD_PUT = 40,      /* gpck_hold_put_req -> gpck_hold_rep: + fds: keep them as part of a snapshot */
+    GPCK_HOLD_LIST = 41,     /* (none) -> gpck_hold_list_rep: the snapshots held */
+    GPCK_HOLD_TAKE = 42,     /* gpck_hold_take_req -> gpck_hold_rep: copies of a snapshot part's fds */
+    GPCK_HOLD_DROP = 43,     /* gpck_hold_drop_req -> gpck_hold_rep: let snapshots go */
+    GPCK_HOLD_RECLAIM = 44,  /* gpck_hold_reclaim_req -> gpck_hold_rep: a GPU's memory is wanted: let its oldest snapshots go */
 };
 
 struct gpck_header {
@@ -409,22 +414,111 @@ struct gpck_pool_rep {
  * first + count), without copying: the sender could not copy them back in
  * and leaves the process suspended with its data on the GPU, for the next
  * REMAP_POOL to map. In order from first 0; sent without fds first, it makes
- * room for them as a hold does. -EBUSY unless suspended. */
+ * room for them as a hold does. -EBUSY unless suspended.
+ * GPCK_PEER_SNAPSHOT: a GPU-held snapshot (checkpoint --to-gpu). The fd
+ * of runs[i] is one allocation of runs[i].chunks chunks, for the pool's
+ * chunks from runs[i].addr on, each of which must hold live allocations now
+ * (-ESTALE otherwise, before anything is copied). Alone: copies those
+ * chunks out into the fds, by the holder of the gate while the pool runs.
+ * With GPCK_PEER_INTO_POOL: copies them back in, by the holder of the gate
+ * in a rollback (QUIESCE with GPCK_QUIESCE_ROLLBACK); GPCK_PEER_COMPLETES
+ * then as above. Either way the shim keeps no fd, and first is ignored. */
 #define GPCK_PEER_INTO_POOL 1u
 #define GPCK_PEER_COMPLETES 2u
 #define GPCK_PEER_MIRROR 4u
 #define GPCK_PEER_ADOPT 8u
+#define GPCK_PEER_SNAPSHOT 16u
+
+struct gpck_chunk_run {
+    uint64_t addr;             /* the first chunk */
+    uint64_t chunks;           /* adjacent chunks from addr, all in the one allocation behind its fd */
+};
 
 struct gpck_peer_req {
     uint32_t device;           /* the pool's device ordinal (slice) */
     uint32_t flags;            /* 0: hold (above); GPCK_PEER_INTO_POOL, GPCK_PEER_MIRROR or GPCK_PEER_ADOPT */
     uint64_t first;
+    uint32_t count;            /* GPCK_PEER_SNAPSHOT: runs given, one per fd; else 0 */
+    uint32_t reserved;
+    struct gpck_chunk_run runs[];
 };
 
 struct gpck_peer_rep {
     uint64_t bytes;            /* copied by this request */
     uint64_t ns;
     uint64_t chunks_held;      /* of device, so far */
+};
+
+/* GPU-held snapshots (checkpoint --gpu-only --to-gpu): memory on a GPU
+ * holding a copy of a pool's chunks in use, exported as POSIX fds, kept by
+ * the snapshot holder (native/holder/), a small process of its own with no
+ * CUDA context, so that it outlives the controller. A snapshot has parts,
+ * one per GPU its memory is on; each part is its fds in the order of the
+ * chunks they copy (the addresses are in the snapshot's description, beside
+ * the run dir, written by the controller). HOLD_PUT sends a part's fds in
+ * order from first 0, at most GPCK_MAX_STAGING_FILES a request; id 0 on the
+ * first request of the first part makes a new snapshot, whose id the reply
+ * gives; GPCK_HOLD_LAST on the last request of the last part completes it
+ * (only a complete snapshot is listed as such, taken or reclaimed). A
+ * snapshot goes on HOLD_DROP, when its process ends (or its PID names
+ * another process: start_time), or on HOLD_RECLAIM, oldest first, when an
+ * application on its GPU runs out of memory. The holder ends once it holds
+ * nothing and no client is connected. */
+#define GPCK_HOLD_LAST 1u
+
+struct gpck_hold_put_req {
+    uint64_t id;               /* 0: a new snapshot (first 0 of part 0) */
+    uint64_t start_time;       /* field 22 of the process's /proc/PID/stat */
+    uint64_t bytes;            /* of GPU memory behind the fds of this request */
+    uint64_t first;            /* the part's fds sent before these */
+    int32_t pid;
+    uint32_t part;
+    uint32_t flags;            /* GPCK_HOLD_* */
+    uint32_t reserved;
+    uint8_t uuid[16];          /* the GPU the memory is on */
+};
+
+struct gpck_hold_rep {
+    uint64_t id;
+    uint64_t bytes;            /* PUT: held in the part so far; DROP, RECLAIM: let go; TAKE: 0 */
+    uint32_t count;            /* PUT: fds in the part so far; TAKE: fds passed; DROP, RECLAIM: snapshots let go */
+    uint32_t reserved;
+};
+
+#define GPCK_MAX_HOLD_ENTRIES 1024u
+struct gpck_hold_entry {
+    uint64_t id;
+    uint64_t bytes;
+    uint64_t created_ms;       /* CLOCK_REALTIME */
+    int32_t pid;
+    uint32_t part;
+    uint32_t fds;
+    uint32_t complete;
+    uint8_t uuid[16];
+};
+
+struct gpck_hold_list_rep {
+    uint32_t count;
+    uint32_t holder_pid;
+    struct gpck_hold_entry entries[]; /* one per part */
+};
+
+struct gpck_hold_take_req {
+    uint64_t id;
+    uint64_t first;
+    uint32_t part;
+    uint32_t count;            /* at most GPCK_MAX_STAGING_FILES */
+};
+
+struct gpck_hold_drop_req {
+    uint64_t id;               /* 0: every snapshot of pid (pid 0: all) */
+    int32_t pid;
+    uint32_t reserved;
+};
+
+struct gpck_hold_reclaim_req {
+    uint64_t bytes;
+    uint8_t uuid[16];
 };
 
 /* NCCL (shim/collective/): the communicators of one process that a

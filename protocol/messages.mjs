@@ -20,7 +20,7 @@
 //   max      (requests, flexible arrays) a limit, and the error beyond it
 //   doc      a comment for the C header (and the TypeScript type)
 
-export const VERSION = 15;
+export const VERSION = 16;
 
 export const INTRO = `The shim <-> controller protocol, generated from protocol/messages.mjs
 by protocol/generate.mjs: do not edit; change the table. Shared by the
@@ -42,7 +42,9 @@ is written into every image manifest.`;
 
 /** Request types: [NAME, id, request struct or null, reply struct or null, comment, options];
  * options.fds: the request may bring fds (SCM_RIGHTS). The shim serves NAME
- * with handle_<name> in shim/control/handlers.c (messages.gen.h lists them). */
+ * with handle_<name> in shim/control/handlers.c (messages.gen.h lists them);
+ * options.server 'holder': the snapshot holder serves it instead
+ * (native/holder/, its own messages.gen.h), on <run dir>/snapshot-holder.sock. */
 export const MESSAGES = [
   ['HELLO', 1, 'hello_req', 'hello_rep', ''],
   ['STATUS', 2, null, 'status_rep', ''],
@@ -66,6 +68,11 @@ export const MESSAGES = [
   ['NCCL_NEW_ID', 20, null, 'nccl_id', "a unique id for a communicator's rebuild"],
   ['NCCL_REBUILD', 21, 'nccl_rebuild_req', null, 'make one communicator again'],
   ['FRAMEWORK_FREE', 22, 'framework_req', 'framework_rep', "memory the framework's allocator holds unused, from its in-process hook"],
+  ['HOLD_PUT', 40, 'hold_put_req', 'hold_rep', '+ fds: keep them as part of a snapshot', { fds: true, server: 'holder' }],
+  ['HOLD_LIST', 41, null, 'hold_list_rep', 'the snapshots held', { server: 'holder' }],
+  ['HOLD_TAKE', 42, 'hold_take_req', 'hold_rep', "copies of a snapshot part's fds", { server: 'holder' }],
+  ['HOLD_DROP', 43, 'hold_drop_req', 'hold_rep', 'let snapshots go', { server: 'holder' }],
+  ['HOLD_RECLAIM', 44, 'hold_reclaim_req', 'hold_rep', "a GPU's memory is wanted: let its oldest snapshots go", { server: 'holder' }],
 ];
 
 /** The header, in order: defines, enums, flags, structs, asserts and the message enum (kind 'messages'). */
@@ -485,12 +492,30 @@ shim takes the fds back as the hold of the last hold's chunks [first,
 first + count), without copying: the sender could not copy them back in
 and leaves the process suspended with its data on the GPU, for the next
 REMAP_POOL to map. In order from first 0; sent without fds first, it makes
-room for them as a hold does. -EBUSY unless suspended.`,
+room for them as a hold does. -EBUSY unless suspended.
+GPCK_PEER_SNAPSHOT: a GPU-held snapshot (checkpoint --to-gpu). The fd
+of runs[i] is one allocation of runs[i].chunks chunks, for the pool's
+chunks from runs[i].addr on, each of which must hold live allocations now
+(-ESTALE otherwise, before anything is copied). Alone: copies those
+chunks out into the fds, by the holder of the gate while the pool runs.
+With GPCK_PEER_INTO_POOL: copies them back in, by the holder of the gate
+in a rollback (QUIESCE with GPCK_QUIESCE_ROLLBACK); GPCK_PEER_COMPLETES
+then as above. Either way the shim keeps no fd, and first is ignored.`,
     values: [
       ['GPCK_PEER_INTO_POOL', 1],
       ['GPCK_PEER_COMPLETES', 2],
       ['GPCK_PEER_MIRROR', 4],
       ['GPCK_PEER_ADOPT', 8],
+      ['GPCK_PEER_SNAPSHOT', 16],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'chunk_run',
+    ts: 'ChunkRun',
+    fields: [
+      ['u64', 'addr', { doc: 'the first chunk' }],
+      ['u64', 'chunks', { as: 'number', doc: 'adjacent chunks from addr, all in the one allocation behind its fd' }],
     ],
   },
   {
@@ -500,6 +525,9 @@ room for them as a hold does. -EBUSY unless suspended.`,
       ['u32', 'device', { doc: "the pool's device ordinal (slice)" }],
       ['u32', 'flags', { doc: '0: hold (above); GPCK_PEER_INTO_POOL, GPCK_PEER_MIRROR or GPCK_PEER_ADOPT' }],
       ['u64', 'first', { as: 'number' }],
+      ['u32', 'count', { doc: 'GPCK_PEER_SNAPSHOT: runs given, one per fd; else 0' }],
+      ['u32', 'reserved'],
+      ['chunk_run', 'runs', { flex: true, count: 'count', max: ['GPCK_MAX_STAGING_FILES', 'more runs than fds one request carries'] }],
     ],
   },
   {
@@ -511,6 +539,88 @@ room for them as a hold does. -EBUSY unless suspended.`,
       ['u64', 'chunks_held', { as: 'number', doc: 'of device, so far' }],
     ],
   },
+  {
+    kind: 'flags',
+    ts: 'HoldFlag',
+    doc: `GPU-held snapshots (checkpoint --gpu-only --to-gpu): memory on a GPU
+holding a copy of a pool's chunks in use, exported as POSIX fds, kept by
+the snapshot holder (native/holder/), a small process of its own with no
+CUDA context, so that it outlives the controller. A snapshot has parts,
+one per GPU its memory is on; each part is its fds in the order of the
+chunks they copy (the addresses are in the snapshot's description, beside
+the run dir, written by the controller). HOLD_PUT sends a part's fds in
+order from first 0, at most GPCK_MAX_STAGING_FILES a request; id 0 on the
+first request of the first part makes a new snapshot, whose id the reply
+gives; GPCK_HOLD_LAST on the last request of the last part completes it
+(only a complete snapshot is listed as such, taken or reclaimed). A
+snapshot goes on HOLD_DROP, when its process ends (or its PID names
+another process: start_time), or on HOLD_RECLAIM, oldest first, when an
+application on its GPU runs out of memory. The holder ends once it holds
+nothing and no client is connected.`,
+    values: [['GPCK_HOLD_LAST', 1]],
+  },
+  {
+    kind: 'struct',
+    name: 'hold_put_req',
+    fields: [
+      ['u64', 'id', { doc: '0: a new snapshot (first 0 of part 0)' }],
+      ['u64', 'start_time', { doc: "field 22 of the process's /proc/PID/stat" }],
+      ['u64', 'bytes', { as: 'number', doc: 'of GPU memory behind the fds of this request' }],
+      ['u64', 'first', { as: 'number', doc: "the part's fds sent before these" }],
+      ['i32', 'pid'],
+      ['u32', 'part'],
+      ['u32', 'flags', { doc: 'GPCK_HOLD_*' }],
+      ['u32', 'reserved'],
+      ['u8', 'uuid', { len: '16', as: 'uuid', doc: 'the GPU the memory is on' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'hold_rep',
+    fields: [
+      ['u64', 'id'],
+      ['u64', 'bytes', { as: 'number', doc: 'PUT: held in the part so far; DROP, RECLAIM: let go; TAKE: 0' }],
+      ['u32', 'count', { doc: 'PUT: fds in the part so far; TAKE: fds passed; DROP, RECLAIM: snapshots let go' }],
+      ['u32', 'reserved'],
+    ],
+  },
+  { kind: 'define', name: 'GPCK_MAX_HOLD_ENTRIES', value: '1024u', js: 'maxHoldEntries' },
+  {
+    kind: 'struct',
+    name: 'hold_entry',
+    ts: 'HoldEntry',
+    fields: [
+      ['u64', 'id'],
+      ['u64', 'bytes', { as: 'number' }],
+      ['u64', 'created_ms', { as: 'number', doc: 'CLOCK_REALTIME' }],
+      ['i32', 'pid'],
+      ['u32', 'part'],
+      ['u32', 'fds'],
+      ['u32', 'complete', { as: 'bool' }],
+      ['u8', 'uuid', { len: '16', as: 'uuid' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'hold_list_rep',
+    fields: [
+      ['u32', 'count', { as: 'skip' }],
+      ['u32', 'holder_pid'],
+      ['hold_entry', 'entries', { flex: true, count: 'count', doc: 'one per part' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'hold_take_req',
+    fields: [
+      ['u64', 'id'],
+      ['u64', 'first', { as: 'number' }],
+      ['u32', 'part'],
+      ['u32', 'count', { doc: 'at most GPCK_MAX_STAGING_FILES' }],
+    ],
+  },
+  { kind: 'struct', name: 'hold_drop_req', fields: [['u64', 'id', { doc: '0: every snapshot of pid (pid 0: all)' }], ['i32', 'pid'], ['u32', 'reserved']] },
+  { kind: 'struct', name: 'hold_reclaim_req', fields: [['u64', 'bytes', { as: 'number' }], ['u8', 'uuid', { len: '16', as: 'uuid' }]] },
   {
     kind: 'define',
     name: 'GPCK_MAX_COMMS',

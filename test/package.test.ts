@@ -32,7 +32,7 @@ function run(cmd: string, args: string[], opts: { cwd?: string; timeout: number 
   });
 }
 
-const SHIPPED = /^(package\.json|README\.md|Makefile|bin\/gpuckpt|dist\/(cli|controller|native)\/.+\.js(\.map)?|cli\/demo\/[^/]+|native\/(binding\.gyp|src\/[^/]+|keeper\/[^/]+|criu-compat\/[^/]+|criu-plugin\/[^/]+)|shim\/.+|protocol\/[^/]+\.h|scripts\/install-build\.mjs)$/;
+const SHIPPED = /^(package\.json|README\.md|Makefile|bin\/gpuckpt|dist\/(cli|controller|native)\/.+\.js(\.map)?|cli\/demo\/[^/]+|native\/(binding\.gyp|src\/[^/]+|keeper\/[^/]+|holder\/[^/]+|common\/[^/]+|criu-compat\/[^/]+|criu-plugin\/[^/]+)|shim\/.+|protocol\/[^/]+\.h|scripts\/install-build\.mjs)$/;
 
 describe('the package', () => {
   it('packs only what runs, and installs and runs from the tarball', { timeout: 900_000 }, async () => {

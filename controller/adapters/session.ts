@@ -20,6 +20,7 @@ import {
   StagingFlag,
   SuspendFlag,
   type AllocEntry,
+  type ChunkRun,
   type CopyRange,
   type CopyReply,
   type DeviceInfo,
@@ -336,7 +337,7 @@ export class ShimSession {
 
   /** Room in the application for the fds of every chunk in use (see GPCK_PEER_HOLD); OUT_OF_FDS when its hard limit is short. */
   async peerRoom(): Promise<void> {
-    await this.request('PEER_HOLD', 'make room for fds in the application', { device: 0, flags: 0, first: 0 }, { codes: { EMFILE: 'OUT_OF_FDS' } });
+    await this.request('PEER_HOLD', 'make room for fds in the application', { device: 0, flags: 0, first: 0, runs: [] }, { codes: { EMFILE: 'OUT_OF_FDS' } });
   }
 
   /**
@@ -345,7 +346,7 @@ export class ShimSession {
    * its copies of the fds, this process still owns its own.
    */
   peerHold(device: number, first: number, fds: number[]): Promise<PeerReply> {
-    return this.request('PEER_HOLD', 'copy the pool to another GPU', { device, flags: 0, first }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
+    return this.request('PEER_HOLD', 'copy the pool to another GPU', { device, flags: 0, first, runs: [] }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
   }
 
   /**
@@ -354,12 +355,26 @@ export class ShimSession {
    * GPCK_PEER_INTO_POOL); completes: the data is then all in.
    */
   peerCopyIn(device: number, first: number, fds: number[], completes: boolean): Promise<PeerReply> {
-    return this.request('PEER_HOLD', 'copy the pool back from the GPU', { device, first, flags: PeerFlag.INTO_POOL | (completes ? PeerFlag.COMPLETES : 0) }, { fds });
+    return this.request('PEER_HOLD', 'copy the pool back from the GPU', { device, first, flags: PeerFlag.INTO_POOL | (completes ? PeerFlag.COMPLETES : 0), runs: [] }, { fds });
+  }
+
+  /**
+   * A GPU-held snapshot's copies (see GPCK_PEER_SNAPSHOT): fds[i] is one
+   * allocation for runs[i]'s chunks of device. out: copied out of the pool
+   * (this session holds the gate); else back in, in a rollback (completes:
+   * the data is then all in).
+   */
+  snapshotCopy(device: number, runs: ChunkRun[], fds: number[], out: boolean, completes = false): Promise<PeerReply> {
+    const flags = PeerFlag.SNAPSHOT | (out ? 0 : PeerFlag.INTO_POOL | (completes ? PeerFlag.COMPLETES : 0));
+    return this.request('PEER_HOLD', out ? 'copy the pool into the snapshot' : 'copy the snapshot back', { device, first: 0, flags, runs }, {
+      fds,
+      reasons: { ESTALE: "the pool's chunks in use are not the snapshot's" },
+    });
   }
 
   /** Maps the memory behind fds as device's mirror from first on (see GPCK_PEER_MIRROR), for copyOut(ranges, true); until this session closes. */
   peerMirror(device: number, first: number, fds: number[]): Promise<PeerReply> {
-    return this.request('PEER_HOLD', 'map the copy on the GPU', { device, first, flags: PeerFlag.MIRROR }, { fds });
+    return this.request('PEER_HOLD', 'map the copy on the GPU', { device, first, flags: PeerFlag.MIRROR, runs: [] }, { fds });
   }
 
   /**
@@ -368,7 +383,7 @@ export class ShimSession {
    * without fds, room for them.
    */
   peerAdopt(device: number, first: number, fds: number[]): Promise<PeerReply> {
-    return this.request('PEER_HOLD', 'hand the copy on the GPU back', { device, first, flags: PeerFlag.ADOPT }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
+    return this.request('PEER_HOLD', 'hand the copy on the GPU back', { device, first, flags: PeerFlag.ADOPT, runs: [] }, { codes: { EMFILE: 'OUT_OF_FDS' }, fds });
   }
 
   /** The held data is now saved at image (or kept by this controller): the shim frees its copy. */

@@ -9,6 +9,7 @@ import { commandLine, isAlive } from '../adapters/processes.js';
 import { containedShimPids, ownRunDir, socketPath } from '../adapters/run-dir.js';
 import { CommFlag, type OutsidePool } from '../../native/index.js';
 import { jobOf, type JobTag } from '../adapters/jobs.js';
+import { listGpuSnapshots, type HeldSnapshot } from './gpu-held.js';
 
 export interface ProcessRow {
   pid: number;
@@ -25,6 +26,8 @@ export interface ProcessRow {
   job?: JobTag;
   /** Its NCCL communicators: its rank in each, of how many; down while a checkpoint has them torn down. */
   nccl: { rank: number; nranks: number; down: boolean }[];
+  /** Its snapshots held in GPU memory (checkpoint --to-gpu), oldest first. */
+  gpuSnapshots: HeldSnapshot[];
   error?: string;
 }
 
@@ -42,6 +45,7 @@ export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]>
     .filter((m): m is RegExpMatchArray => !!m)
     .map((m) => Number(m[1]));
   const pids = [...new Set([...own, ...containedShimPids()])].sort((a, b) => a - b);
+  const snapshots = pids.length ? await listGpuSnapshots(runDir) : [];
   const rows: ProcessRow[] = [];
   for (const pid of pids) {
     if (!isAlive(pid)) {
@@ -53,13 +57,13 @@ export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]>
       }
       continue;
     }
-    rows.push(await describe(pid));
+    rows.push({ ...(await describe(pid)), gpuSnapshots: snapshots.filter((s) => s.pid === pid) });
   }
   return rows;
 }
 
-async function describe(pid: number): Promise<ProcessRow> {
-  const base: ProcessRow = {
+async function describe(pid: number): Promise<Omit<ProcessRow, 'gpuSnapshots'>> {
+  const base: Omit<ProcessRow, 'gpuSnapshots'> = {
     pid,
     command: commandLine(pid),
     poolState: 'not-yet',

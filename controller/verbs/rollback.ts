@@ -87,7 +87,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
 }
 
 /** What a rollback cut off during its copies left the process in, in words. */
-async function afterCutRollback(pid: number, image: string): Promise<string> {
+export async function afterCutRollback(pid: number, image: string): Promise<string> {
   try {
     const again = await ShimSession.open(pid);
     try {
@@ -113,7 +113,7 @@ export function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): vo
 }
 
 /** The process must hold exactly the image's allocations: same devices, addresses, sizes. */
-export function checkAllocations(m: Manifest, live: AllocEntry[], pid: number): void {
+export function checkAllocations(m: { allocations: readonly AllocEntry[] }, live: AllocEntry[], pid: number): void {
   const key = (a: { device: number; addr: bigint; size: bigint }) => `${a.device}:${a.addr}:${a.size}`;
   const liveKeys = new Set(live.map(key));
   const imageKeys = new Set(m.allocations.map(key));

@@ -26,30 +26,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/proc_stat.h"
+
 static int failed(const char *why)
 {
     printf("failed: %s\n", why);
     return 1;
-}
-
-/* Field 22 of /proc/pid/stat (after the command name, which may hold spaces
- * and parentheses: the last ')' ends it); 0 when unreadable. */
-static unsigned long long start_time(long pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    for (int field = 2; p && field < 22; field++)
-        p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
 static long parse_number(const char *s)
@@ -75,7 +57,7 @@ int main(int argc, char **argv)
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     if (pidfd < 0)
         return failed(strerror(errno));
-    if (start_time(pid) != (unsigned long long)start)
+    if (gp_proc_start_time(pid) != (unsigned long long)start)
         return failed("no such process");
     if (chdir("/") != 0) /* pins no directory of the caller's */
         return failed(strerror(errno));

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "uuid_text.h"
+
 namespace gpuckpt {
 
 const Driver& driver() {
@@ -34,26 +36,9 @@ const Driver& driver() {
   return d;
 }
 
-std::string UuidString(const CUuuid& u) {
-  char s[48];
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return s;
-}
+std::string UuidString(const CUuuid& u) { return UuidText(reinterpret_cast<const uint8_t*>(u.bytes)); }
 
-bool ParseUuid(const std::string& text, CUuuid* out) {
-  std::string hex;
-  for (char c : text.rfind("GPU-", 0) == 0 ? text.substr(4) : text)
-    if (c != '-') hex += c;
-  if (hex.size() != 32) return false;
-  for (int i = 0; i < 16; i++) {
-    unsigned v;
-    if (sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    out->bytes[i] = static_cast<char>(v);
-  }
-  return true;
-}
+bool ParseUuid(const std::string& text, CUuuid* out) { return UuidBytes(text, reinterpret_cast<uint8_t*>(out->bytes)); }
 
 bool DeviceByUuid(const std::string& text, CUdevice* out) {
   const Driver& d = driver();

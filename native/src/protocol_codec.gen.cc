@@ -7,6 +7,7 @@
 
 #include "gpuckpt_protocol.h"
 #include "js_values.h"
+#include "uuid_text.h"
 
 namespace gpuckpt {
 
@@ -16,14 +17,6 @@ template <typename T>
 void Append(std::vector<uint8_t>& out, const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
   out.insert(out.end(), p, p + sizeof(T));
-}
-
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi writes a UUID.
-Napi::String Uuid(Napi::Env env, const uint8_t* u) {
-  char s[48];
-  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
-           u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-  return Napi::String::New(env, s);
 }
 
 bool Encode_hello_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
@@ -135,11 +128,29 @@ bool Encode_live_req(const Napi::Object& args, std::vector<uint8_t>& out, std::s
 }
 
 bool Encode_peer_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  Napi::Value runsV = args.Get("runs");
+  if (!runsV.IsArray()) {
+    err = "runs must be an array";
+    return false;
+  }
+  Napi::Array runs = runsV.As<Napi::Array>();
+  if (runs.Length() > GPCK_MAX_STAGING_FILES) {
+    err = "more runs than fds one request carries";
+    return false;
+  }
   gpck_peer_req v{};
   v.device = static_cast<uint32_t>(ToU64(args.Get("device")));
   v.flags = static_cast<uint32_t>(ToU64(args.Get("flags")));
   v.first = static_cast<uint64_t>(ToU64(args.Get("first")));
+  v.count = runs.Length();
   Append(out, v);
+  for (uint32_t i = 0; i < runs.Length(); i++) {
+    Napi::Object e = runs.Get(i).As<Napi::Object>();
+    gpck_chunk_run w{};
+    w.addr = static_cast<uint64_t>(ToU64(e.Get("addr")));
+    w.chunks = static_cast<uint64_t>(ToU64(e.Get("chunks")));
+    Append(out, w);
+  }
   return true;
 }
 
@@ -186,6 +197,52 @@ bool Encode_nccl_rebuild_req(const Napi::Object& args, std::vector<uint8_t>& out
 bool Encode_framework_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
   gpck_framework_req v{};
   v.timeout_ms = static_cast<uint32_t>(ToU64(args.Get("timeoutMs")));
+  Append(out, v);
+  return true;
+}
+
+bool Encode_hold_put_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_hold_put_req v{};
+  v.id = static_cast<uint64_t>(ToU64(args.Get("id")));
+  v.start_time = static_cast<uint64_t>(ToU64(args.Get("startTime")));
+  v.bytes = static_cast<uint64_t>(ToU64(args.Get("bytes")));
+  v.first = static_cast<uint64_t>(ToU64(args.Get("first")));
+  v.pid = static_cast<int32_t>(ToU64(args.Get("pid")));
+  v.part = static_cast<uint32_t>(ToU64(args.Get("part")));
+  v.flags = static_cast<uint32_t>(ToU64(args.Get("flags")));
+  if (!UuidBytes(args.Get("uuid").ToString().Utf8Value(), v.uuid)) {
+    err = "uuid must be a GPU UUID";
+    return false;
+  }
+  Append(out, v);
+  return true;
+}
+
+bool Encode_hold_take_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_hold_take_req v{};
+  v.id = static_cast<uint64_t>(ToU64(args.Get("id")));
+  v.first = static_cast<uint64_t>(ToU64(args.Get("first")));
+  v.part = static_cast<uint32_t>(ToU64(args.Get("part")));
+  v.count = static_cast<uint32_t>(ToU64(args.Get("count")));
+  Append(out, v);
+  return true;
+}
+
+bool Encode_hold_drop_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_hold_drop_req v{};
+  v.id = static_cast<uint64_t>(ToU64(args.Get("id")));
+  v.pid = static_cast<int32_t>(ToU64(args.Get("pid")));
+  Append(out, v);
+  return true;
+}
+
+bool Encode_hold_reclaim_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_hold_reclaim_req v{};
+  v.bytes = static_cast<uint64_t>(ToU64(args.Get("bytes")));
+  if (!UuidBytes(args.Get("uuid").ToString().Utf8Value(), v.uuid)) {
+    err = "uuid must be a GPU UUID";
+    return false;
+  }
   Append(out, v);
   return true;
 }
@@ -245,7 +302,7 @@ void Decode_devices_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Obje
       e.Set("ccMajor", Napi::Number::New(env, static_cast<double>((&r->devices[i])->cc_major)));
       e.Set("ccMinor", Napi::Number::New(env, static_cast<double>((&r->devices[i])->cc_minor)));
       e.Set("totalMemory", Napi::BigInt::New(env, static_cast<uint64_t>((&r->devices[i])->total_memory)));
-      e.Set("uuid", Uuid(env, (&r->devices[i])->uuid));
+      e.Set("uuid", Napi::String::New(env, UuidText((&r->devices[i])->uuid)));
       e.Set("name", Napi::String::New(env, std::string((&r->devices[i])->name, strnlen((&r->devices[i])->name, sizeof((&r->devices[i])->name)))));
       a.Set(i, e);
     }
@@ -379,6 +436,37 @@ void Decode_framework_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Ob
   }
 }
 
+void Decode_hold_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_hold_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_hold_rep*>(b.data());
+  o.Set("id", Napi::BigInt::New(env, static_cast<uint64_t>(r->id)));
+  o.Set("bytes", Napi::Number::New(env, static_cast<double>(r->bytes)));
+  o.Set("count", Napi::Number::New(env, static_cast<double>(r->count)));
+}
+
+void Decode_hold_list_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_hold_list_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_hold_list_rep*>(b.data());
+  o.Set("holderPid", Napi::Number::New(env, static_cast<double>(r->holder_pid)));
+  {
+    uint32_t n = (b.size() >= sizeof(*r) + r->count * sizeof(r->entries[0]) ? r->count : 0);
+    Napi::Array a = Napi::Array::New(env, n);
+    for (uint32_t i = 0; i < n; i++) {
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("id", Napi::BigInt::New(env, static_cast<uint64_t>((&r->entries[i])->id)));
+      e.Set("bytes", Napi::Number::New(env, static_cast<double>((&r->entries[i])->bytes)));
+      e.Set("createdMs", Napi::Number::New(env, static_cast<double>((&r->entries[i])->created_ms)));
+      e.Set("pid", Napi::Number::New(env, static_cast<double>((&r->entries[i])->pid)));
+      e.Set("part", Napi::Number::New(env, static_cast<double>((&r->entries[i])->part)));
+      e.Set("fds", Napi::Number::New(env, static_cast<double>((&r->entries[i])->fds)));
+      e.Set("complete", Napi::Boolean::New(env, ((&r->entries[i])->complete) != 0));
+      e.Set("uuid", Napi::String::New(env, UuidText((&r->entries[i])->uuid)));
+      a.Set(i, e);
+    }
+    o.Set("entries", a);
+  }
+}
+
 }  // namespace
 
 bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
@@ -427,6 +515,16 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return Encode_nccl_rebuild_req(args, out, err);
     case GPCK_FRAMEWORK_FREE:
       return Encode_framework_req(args, out, err);
+    case GPCK_HOLD_PUT:
+      return Encode_hold_put_req(args, out, err);
+    case GPCK_HOLD_LIST:
+      return true;
+    case GPCK_HOLD_TAKE:
+      return Encode_hold_take_req(args, out, err);
+    case GPCK_HOLD_DROP:
+      return Encode_hold_drop_req(args, out, err);
+    case GPCK_HOLD_RECLAIM:
+      return Encode_hold_reclaim_req(args, out, err);
     default:
       err = "unknown request type " + std::to_string(type);
       return false;
@@ -486,6 +584,21 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       break;
     case GPCK_FRAMEWORK_FREE:
       Decode_framework_rep(env, b, o);
+      break;
+    case GPCK_HOLD_PUT:
+      Decode_hold_rep(env, b, o);
+      break;
+    case GPCK_HOLD_LIST:
+      Decode_hold_list_rep(env, b, o);
+      break;
+    case GPCK_HOLD_TAKE:
+      Decode_hold_rep(env, b, o);
+      break;
+    case GPCK_HOLD_DROP:
+      Decode_hold_rep(env, b, o);
+      break;
+    case GPCK_HOLD_RECLAIM:
+      Decode_hold_rep(env, b, o);
       break;
     default:
       break;

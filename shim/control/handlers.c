@@ -761,6 +761,29 @@ static int peer_into_pool(struct gp_client *c, const struct gpck_peer_req *req, 
     return err;
 }
 
+/* GPCK_PEER_SNAPSHOT: out of the running pool by the gate's holder, or
+ * back in (GPCK_PEER_INTO_POOL) by a rollback's. */
+static int peer_snapshot(struct gp_client *c, const struct gpck_peer_req *req, struct gp_fds_in *given,
+                         struct gpck_peer_rep *rep, CUresult *cu)
+{
+    bool in = req->flags & GPCK_PEER_INTO_POOL;
+    if (gate_holder != c || (in ? !c->rollback : suspension != RUNNING))
+        return -EPERM;
+    if (!in && live_windows)
+        return -EBUSY;
+    if (!given->count || req->count != given->count)
+        return -EINVAL; /* one run per fd */
+    if (in) {
+        if (suspension == RUNNING || suspension == HALF_RESTORED)
+            suspension = ROLLING_BACK;
+        restore_complete = false;
+    }
+    int err = gp_peer_copy_runs((int)req->device, req->runs, given->fds, given->count, !in, &rep->bytes, cu);
+    if (in && !err && (req->flags & GPCK_PEER_COMPLETES))
+        restore_complete = true;
+    return err;
+}
+
 /* GPCK_PEER_MIRROR: any client, while the pool runs. */
 static int peer_mirror(struct gp_client *c, const struct gpck_peer_req *req, struct gp_fds_in *given,
                        struct gpck_peer_rep *rep, CUresult *cu)
@@ -794,16 +817,27 @@ static int handle_peer_hold(struct gp_request *r)
     struct gp_client *c = r->client;
     struct gp_fds_in *given = r->given;
     struct gpck_peer_rep *rep = r->reply;
-    const struct gpck_peer_req *req = gp_request_payload(r, sizeof(*req));
-    if (!req)
+    const struct gpck_peer_req *req = r->payload;
+    if (r->len < sizeof(*req) || req->count > GPCK_MAX_STAGING_FILES ||
+        r->len != sizeof(*req) + req->count * sizeof(struct gpck_chunk_run))
         return -EPROTO;
     *rep = (struct gpck_peer_rep){ 0 };
-    uint32_t way = req->flags & ~GPCK_PEER_COMPLETES;
+    bool snapshot = req->flags & GPCK_PEER_SNAPSHOT;
+    uint32_t way = req->flags & ~(GPCK_PEER_COMPLETES | GPCK_PEER_SNAPSHOT);
     if ((way & (way - 1)) || (way & ~(GPCK_PEER_INTO_POOL | GPCK_PEER_MIRROR | GPCK_PEER_ADOPT)) ||
-        (way != GPCK_PEER_INTO_POOL && (req->flags & GPCK_PEER_COMPLETES)))
-        return -EINVAL; /* one way at most; COMPLETES with INTO_POOL only */
+        (way != GPCK_PEER_INTO_POOL && (req->flags & GPCK_PEER_COMPLETES)) ||
+        (snapshot && way && way != GPCK_PEER_INTO_POOL) || (!snapshot && req->count))
+        return -EINVAL; /* one way at most; COMPLETES with INTO_POOL only; SNAPSHOT alone or INTO_POOL, runs only with it */
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
+    if (snapshot) {
+        int err = peer_snapshot(c, req, given, rep, &cu);
+        rep->ns = gp_now_ns() - t0;
+        if (err)
+            GP_WARN("control", "could not copy a GPU-held snapshot of device %u %s (%d, CUresult %d)", req->device,
+                    way ? "back in" : "out", err, (int)cu);
+        return err;
+    }
     if (way == GPCK_PEER_ADOPT)
         return peer_adopt(req, given, rep);
     if (way) {

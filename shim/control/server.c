@@ -3,6 +3,7 @@
  * is bounded), and a client holding the gate is watched by its lease. */
 #define _GNU_SOURCE
 #include "server.h"
+#include "snapshot_reclaim.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -21,6 +22,7 @@
 #include "../interpose/log.h"
 #include "../interpose/shim.h"
 #include "../interpose/test_hooks.h"
+#include "gpck_wire.h"
 #include "gpuckpt_protocol.h"
 #include "handlers.h"
 
@@ -78,24 +80,7 @@ static const struct gp_fds NO_FDS;
 static int send_message(int fd, uint16_t type, uint32_t seq, int32_t status, const void *payload, uint32_t len,
                         struct gp_fds pass, uint32_t flags)
 {
-    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, status, len, flags };
-    struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * GPCK_MAX_STAGING_FILES)];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
-    if (pass.count && pass.count <= GPCK_MAX_STAGING_FILES) {
-        memset(&ctl, 0, sizeof(ctl));
-        msg.msg_control = ctl.buf;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * pass.count);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int) * pass.count);
-        memcpy(CMSG_DATA(cm), pass.fds, sizeof(int) * pass.count);
-    }
-    return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+    return gpck_send(fd, type, seq, status, flags, payload, len, pass.fds, pass.count);
 }
 
 /* Closes a refused peer without a reset: a socket closed with unread data
@@ -146,19 +131,7 @@ static void drop_client(struct gp_client *c)
 /* The fds a message brought, into given (at most GPCK_MAX_STAGING_FILES). */
 static void take_fds(struct msghdr *msg, struct gp_fds_in *given)
 {
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (given->count < GPCK_MAX_STAGING_FILES)
-                given->fds[given->count++] = fd;
-            else
-                close(fd);
-        }
-    }
+    gpck_received_fds(msg, given->fds, &given->count);
 }
 
 static void close_fds(struct gp_fds_in *given)
@@ -355,6 +328,7 @@ static const struct gp_control_hooks hooks = {
     .start = gp_control_server_start,
     .stop = gp_control_server_stop,
     .forget = gp_control_server_forget,
+    .reclaim = gp_snapshot_reclaim,
 };
 
 __attribute__((constructor)) static void gp_control_register(void)

@@ -23,6 +23,24 @@ static CUresult cu_of(int err, CUresult cu)
     return err == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The GPU is out of memory: snapshots gpuckpt holds there give way to the
+ * application (they are the first to go, docs/ARCHITECTURE.md), and the
+ * allocation is tried again while that freed something. */
+static int pool_alloc_reclaiming(CUdevice dev, size_t bytesize, uint64_t align, CUdeviceptr *dptr, CUresult *cu)
+{
+    int err = gp_pool_alloc(dev, bytesize, align, dptr, cu);
+    for (int round = 0; err == -ENOMEM && *cu == CUDA_ERROR_OUT_OF_MEMORY && round < 8; round++) {
+        uint64_t freed;
+        if (gp_shim_reclaim(dev, bytesize, &freed) != 0 || !freed)
+            break;
+        GP_INFO("pool", "device %d: out of memory; gpuckpt let %llu MiB of GPU-held snapshots go", (int)dev,
+                (unsigned long long)(freed >> 20));
+        *cu = CUDA_SUCCESS;
+        err = gp_pool_alloc(dev, bytesize, align, dptr, cu);
+    }
+    return err;
+}
+
 static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize)
 {
     CUdevice dev;
@@ -31,7 +49,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize)
         return r;
     CUresult cu = CUDA_SUCCESS;
     uint64_t align = bytesize >= GP_LARGE_ALIGN ? GP_LARGE_ALIGN : GP_QUANTUM;
-    int err = gp_pool_alloc(dev, bytesize, align, dptr, &cu);
+    int err = pool_alloc_reclaiming(dev, bytesize, align, dptr, &cu);
     if (err == -ENOMEM && cu == CUDA_SUCCESS) {
         static int warned;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))

@@ -36,6 +36,12 @@ void gp_shim_register_control(const struct gp_control_hooks *hooks)
     control = hooks;
 }
 
+int gp_shim_reclaim(int device, uint64_t bytes, uint64_t *freed)
+{
+    *freed = 0;
+    return control && control->reclaim ? control->reclaim(device, bytes, freed) : -ENOSYS;
+}
+
 const struct gp_config *gp_shim_config(void)
 {
     return &config;

@@ -30,8 +30,14 @@ struct gp_control_hooks {
     int (*start)(const struct gp_config *cfg); /* CUDA is ready: 0 or -errno */
     void (*stop)(void);                        /* unload */
     void (*forget)(void);                      /* in a forked child */
+    /* device is out of memory: let go of what gpuckpt holds on its GPU
+     * for others (GPU-held snapshots), at least bytes if it can; 0 and
+     * *freed, or -errno. May be NULL. */
+    int (*reclaim)(int device, uint64_t bytes, uint64_t *freed);
 };
 /* The control side registers at load (a constructor of its own). */
 void gp_shim_register_control(const struct gp_control_hooks *hooks);
+/* The control side's reclaim, when it has one: 0 and *freed, or -errno. */
+int gp_shim_reclaim(int device, uint64_t bytes, uint64_t *freed);
 
 #endif

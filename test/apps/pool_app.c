@@ -497,6 +497,13 @@ int main(void)
             CHECK(cu.alloc(&extra, (size_t)n), "cuMemAlloc (extra)");
             printf("{\"event\":\"allocated\",\"addr\":\"0x%llx\"}\n", (unsigned long long)extra);
             fflush(stdout);
+        } else if (sscanf(line, "try-alloc %d", &n) == 1) {
+            /* An allocation that may fail (out of memory): its CUresult, and the application runs on. */
+            use_device(0);
+            CUdeviceptr extra = 0;
+            int r = (int)cu.alloc(&extra, (size_t)n * (1u << 20));
+            printf("{\"event\":\"try-alloc\",\"result\":%d}\n", r);
+            fflush(stdout);
         } else if (!strncmp(line, "rewritten", 9)) {
             cmd_rewritten();
         } else if (!strncmp(line, "rewrite", 7)) {

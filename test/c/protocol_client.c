@@ -22,6 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "gpck_wire.h"
 #include "gpuckpt_protocol.h"
 #include "harness.h"
 
@@ -578,21 +579,7 @@ static void test_zero_fill(void)
 static int send_with_fds(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len, const int *fds,
                          uint32_t n)
 {
-    struct gpck_header h = { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, type, seq, 0, len, 0 };
-    struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * 8)];
-        struct cmsghdr align;
-    } ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1, .msg_control = ctl.buf,
-                          .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
-    return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+    return gpck_send(fd, type, seq, 0, 0, payload, len, fds, n);
 }
 
 /* A memfd of size bytes, sealed against shrinking when seal is set, and
@@ -824,6 +811,59 @@ static void test_peer_hold(void)
     close(fd);
 }
 
+static int snapshot_request(int fd, uint32_t flags, const struct gpck_chunk_run *runs, uint32_t count, const int *fds,
+                            uint32_t n, struct gpck_peer_rep *rep)
+{
+    uint8_t buf[sizeof(struct gpck_peer_req) + 8 * sizeof(struct gpck_chunk_run)];
+    struct gpck_peer_req *req = (void *)buf;
+    *req = (struct gpck_peer_req){ .device = 0, .flags = GPCK_PEER_SNAPSHOT | flags, .count = count };
+    memcpy(req->runs, runs, count * sizeof(*runs));
+    CHECK(send_with_fds(fd, GPCK_PEER_HOLD, 40, buf, (uint32_t)(sizeof(*req) + count * sizeof(*runs)), fds, n) == 0);
+    return recv_status(fd, rep, rep ? sizeof(*rep) : 0);
+}
+
+/* A GPU-held snapshot's copies (GPCK_PEER_SNAPSHOT): out only by the gate's
+ * holder, back in only in a rollback; one run per fd; a run beyond the
+ * chunks in use refused before anything is copied (-ESTALE); the shim keeps
+ * no fd either way, and the data comes back. */
+static void test_peer_snapshot(void)
+{
+    int f[8];
+    struct peer_client p = peer_client(0, f);
+    int fd = p.fd, pid = p.pid, before = p.before;
+    uint64_t cs = p.hello.chunk_size;
+    struct gpck_list_req lr = { 0, 1, 0 };
+    uint8_t lbuf[sizeof(struct gpck_list_rep) + sizeof(struct gpck_alloc_entry)];
+    send_msg(fd, GPCK_LIST_ALLOCS, 2, &lr, sizeof(lr));
+    CHECK(recv_status(fd, lbuf, sizeof(lbuf)) == 0);
+    struct gpck_alloc_entry e = ((struct gpck_list_rep *)lbuf)->entries[0];
+    struct gpck_chunk_run run = { e.addr - (e.addr - p.hello.pool_base) % cs, 1 };
+    struct gpck_chunk_run beyond = { p.hello.pool_base + p.hello.slice_size - cs, 1 };
+    struct gpck_quiesce_req q = { 60000, 0 }, rq = { 60000, GPCK_QUIESCE_ROLLBACK };
+    struct gpck_peer_rep pr;
+
+    CHECK(snapshot_request(fd, 0, &run, 1, f, 1, NULL) == -EPERM); /* the gate not held */
+    send_msg(fd, GPCK_QUIESCE, 3, &q, sizeof(q));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(snapshot_request(fd, 0, &run, 1, f, 2, NULL) == -EINVAL);         /* one run per fd */
+    CHECK(snapshot_request(fd, 0, &beyond, 1, f, 1, NULL) == -ESTALE);      /* not a chunk in use */
+    CHECK(snapshot_request(fd, GPCK_PEER_INTO_POOL, &run, 1, f, 1, NULL) == -EPERM); /* not a rollback */
+    CHECK(snapshot_request(fd, 0, &run, 1, f, 1, &pr) == 0 && pr.bytes == cs);
+    CHECK(device_memfds_of(pid) == before); /* nothing kept */
+    send_msg(fd, GPCK_RESUME, 4, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    send_msg(fd, GPCK_QUIESCE, 5, &rq, sizeof(rq));
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(snapshot_request(fd, GPCK_PEER_INTO_POOL | GPCK_PEER_COMPLETES, &run, 1, f, 1, &pr) == 0 && pr.bytes == cs);
+    send_msg(fd, GPCK_RESUME, 6, NULL, 0);
+    CHECK(recv_status(fd, NULL, 0) == 0);
+    CHECK(status_of(fd).pool_state == GPCK_POOL_ACTIVE);
+    CHECK(device_memfds_of(pid) == before);
+    for (int i = 0; i < p.n; i++)
+        close(f[i]);
+    close(fd);
+}
+
 /* checkpoint --leave-running's copy on the GPU: the hold is dropped while
  * suspended (the sender keeps its fds), copied back in after the remap
  * (only by the gate's holder, during a resume), mapped as a mirror while
@@ -845,7 +885,8 @@ static void test_peer_copy_rules(void)
 
     CHECK(peer_request(fd, GPCK_PEER_INTO_POOL | GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EINVAL);
     CHECK(peer_request(fd, GPCK_PEER_MIRROR | GPCK_PEER_COMPLETES, 0, f, (uint32_t)n, NULL) == -EINVAL);
-    CHECK(peer_request(fd, 16, 0, f, (uint32_t)n, NULL) == -EINVAL);
+    CHECK(peer_request(fd, 32, 0, f, (uint32_t)n, NULL) == -EINVAL);
+    CHECK(peer_request(fd, GPCK_PEER_SNAPSHOT | GPCK_PEER_MIRROR, 0, f, (uint32_t)n, NULL) == -EINVAL); /* SNAPSHOT alone or with INTO_POOL */
     CHECK(peer_request(fd, GPCK_PEER_ADOPT, 0, f, (uint32_t)n, NULL) == -EBUSY); /* not suspended */
     send_msg(fd, GPCK_QUIESCE, 2, &q, sizeof(q));
     CHECK(recv_status(fd, NULL, 0) == 0);
@@ -1055,6 +1096,7 @@ int main(int argc, char **argv)
     RUN(test_given_staging);
     RUN(test_peer_hold);
     RUN(test_peer_copy_rules);
+    RUN(test_peer_snapshot);
     RUN(test_hello_works); /* still serving after all of it */
     return HARNESS_END();
 }

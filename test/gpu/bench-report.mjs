@@ -180,6 +180,34 @@ function liveTable(r) {
   ].join('\n');
 }
 
+/** Snapshots in GPU memory beside the host route (the same pool, alternately): the pauses and the whole commands. */
+function heldTable(r) {
+  const { g, s, gb } = cells(r);
+  const ms = (k) => (g(k) ? `${(1000 * g(k).median).toFixed(1)} ms (${g(k).all.map((v) => (1000 * v).toFixed(1)).join(', ')})` : '—');
+  const ratio = (a, b) => `${(g(b).median / g(a).median).toFixed(1)}×`;
+  const pauseMark = (k) => (g(k).median < 0.1 ? '< 100 ms: met' : '< 100 ms: **missed**');
+  return [
+    `## ${r.workload}`,
+    '',
+    hostLine(r),
+    '',
+    '| | in GPU memory (--to-gpu) | host memory and disk (-o DIR) | host ÷ GPU | target |',
+    '| --- | --- | --- | --- | --- |',
+    `| snapshot: application pause | **${ms('snap_pause_seconds')}** | ${ms('host_pause_seconds')} | ${ratio('snap_pause_seconds', 'host_pause_seconds')} | ${pauseMark('snap_pause_seconds')} |`,
+    `| snapshot: the whole command (node's start included) | ${s('snap_command_seconds')} | ${s('host_command_seconds')} | ${ratio('snap_command_seconds', 'host_command_seconds')} | |`,
+    `| rollback (restore --into): application pause | **${ms('roll_pause_seconds')}** | ${ms('host_roll_pause_seconds')} | ${ratio('roll_pause_seconds', 'host_roll_pause_seconds')} | ${pauseMark('roll_pause_seconds')} |`,
+    `| rollback: the whole command | ${s('roll_command_seconds')} | ${s('host_roll_command_seconds')} | ${ratio('roll_command_seconds', 'host_roll_command_seconds')} | |`,
+    ...(g('other_snap_pause_seconds')
+      ? [
+          `| onto GPU 1 (NVLink): snapshot, application pause | ${ms('other_snap_pause_seconds')} | | | ${pauseMark('other_snap_pause_seconds')} |`,
+          `| … rollback from GPU 1, application pause | ${ms('other_roll_pause_seconds')} | | | ${pauseMark('other_roll_pause_seconds')} |`,
+        ]
+      : []),
+    `| GPU memory held (whole 32 MiB chunks) | ${gb('held_bytes')} | | | |`,
+    '',
+  ].join('\n');
+}
+
 /** "what (medians, s): phase t, ..." for the metrics named prefix + phase, or '' when there are none. */
 function phaseLine(r, prefix, what, note = '') {
   const list = Object.entries(r.metrics)
@@ -243,6 +271,7 @@ function table(name, r) {
   if (name === 'ddp') return ddpTable(r);
   if (name.startsWith('incremental-')) return incrementalTable(r);
   if (name.startsWith('live-')) return liveTable(r);
+  if (name.startsWith('held-')) return heldTable(r);
   const out = [];
   const kind = name;
   out.push(`## ${r.workload}`, '');
@@ -340,6 +369,14 @@ function headline() {
   }
   const live = results['live-16g'];
   if (live) out.push(`| checkpoint --live, pause (16 GiB, 1 GiB/s rewritten) | **${(1000 * live.metrics.live_pause_seconds.median).toFixed(1)} ms** | plain checkpoint ${(1000 * live.metrics.plain_pause_seconds.median).toFixed(1)} ms (gpuckpt) | ${(live.metrics.plain_pause_seconds.median / live.metrics.live_pause_seconds.median).toFixed(1)}× | ${live.gpus}× ${live.gpu.replace('NVIDIA ', '')}, ${live.date} |`);
+  const held = results['held-16g'];
+  if (held) {
+    const m = held.metrics;
+    const where = `${held.gpus}× ${held.gpu.replace('NVIDIA ', '')}, ${held.date}`;
+    const ms = (k) => (1000 * m[k].median).toFixed(1);
+    out.push(`| 16 GiB pool: snapshot in GPU memory, application pause | **${ms('snap_pause_seconds')} ms** | host route ${ms('host_pause_seconds')} ms (gpuckpt) | ${(m.host_pause_seconds.median / m.snap_pause_seconds.median).toFixed(1)}× shorter | ${where} |`);
+    out.push(`| 16 GiB pool: rollback from GPU memory, application pause | **${ms('roll_pause_seconds')} ms** | host route ${ms('host_roll_pause_seconds')} ms (gpuckpt) | ${(m.host_roll_pause_seconds.median / m.roll_pause_seconds.median).toFixed(1)}× shorter | ${where} |`);
+  }
   const shim = results.shim;
   if (shim) {
     const m = shim.metrics;

@@ -21,13 +21,16 @@
  * BENCH_INCREMENTAL (default "16": pool sizes in GiB for incremental
  * images, 10 % changed; "0": none), BENCH_LIVE (default "16": pool sizes
  * in GiB for checkpoint --live under a job rewriting BENCH_LIVE_MIBPS,
- * default 1024, MiB/s; "0": none).
+ * default 1024, MiB/s; "0": none), BENCH_HELD (default "16": pool sizes in
+ * GiB for snapshots held in GPU memory and rolled back, beside the host
+ * route; "0": none).
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { syncTree } from '../../dist/controller/image/durable.js';
+import { heldRounds } from './gpu-held.mjs';
 
 const GiB = 2 ** 30;
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -35,7 +38,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const medians = (m) => Object.fromEntries(Object.entries(m).map(([k, v]) => [k, { median: median(v), all: v }]));
 
 /**
- * One pool_fill process of gib GiB: body(p, pid, add) measures on it, add(k, v)
+ * One pool_fill process of gib GiB: body(p, pid, add, ready) measures on it, add(k, v)
  * recording a run of metric k; the process quits afterwards. Returns the medians.
  */
 async function onPoolFill(h, gib, body) {
@@ -43,7 +46,7 @@ async function onPoolFill(h, gib, body) {
   const m = {};
   try {
     const ready = await p.nextLine('ready', 600_000);
-    await body(p, String(ready.pid), (k, v) => (m[k] ??= []).push(v));
+    await body(p, String(ready.pid), (k, v) => (m[k] ??= []).push(v), ready);
     p.send('quit', 'bye').catch(() => undefined);
   } finally {
     p.close();
@@ -121,6 +124,18 @@ export async function runBench(h) {
         `incremental ${g('inc_seconds')} s / ${(g('inc_stored_bytes') / 1e9).toFixed(2)} GB vs full ${g('full_seconds')} s / ${(g('full_stored_bytes') / 1e9).toFixed(2)} GB ` +
         `(${(100 * g('time_ratio')).toFixed(1)} % of the time, ${(100 * g('size_ratio')).toFixed(1)} % of the size); digests ${g('digest_seconds')} s; restore through the chain ${g('chain_restore_seconds')} s`
       );
+    });
+  }
+
+  for (const gib of (env.BENCH_HELD ?? '16').split(',').map(Number).filter((g) => g > 0)) {
+    const name = `held-${gib}g`;
+    await h.test(`bench/${name}`, async () => {
+      const why = poolDoesNotFit(h, gib, gpus);
+      if (why) throw new h.Skip(why);
+      const metrics = await onPoolFill(h, gib, async (p, pid, add, ready) => heldRounds(h, p, pid, ready.buffers, runs, add));
+      save(name, `pool_fill ${gib} GiB: snapshots in GPU memory (checkpoint --gpu-only --to-gpu, restore gpu:ID --into) beside the host route, alternately`, metrics);
+      const ms = (k) => (metrics[k] ? `${(1000 * metrics[k].median).toFixed(1)} ms` : '-');
+      return `snapshot paused ${ms('snap_pause_seconds')}, rollback ${ms('roll_pause_seconds')}; host route ${ms('host_pause_seconds')} and ${ms('host_roll_pause_seconds')}; onto GPU 1 ${ms('other_snap_pause_seconds')}, back ${ms('other_roll_pause_seconds')}`;
     });
   }
 

@@ -16,10 +16,11 @@
 //   GPU_TEST_BUDGET_S  time budget of the whole run in s (default 450; run.sh passes
 //                      what its build left of 460)
 //   GPU_TEST_POOL_GIB  pool_fill size in GiB (default 16, scaled to free memory)
-//   GPU_TEST_SUITE     quick (default): every verb, pool_fill and the stream at
-//                      2 GiB, in one 10-minute call; long: what quick leaves out
-//                      (LONG_ONLY) and pool_fill and the stream at full size;
-//                      all: both
+//   GPU_TEST_SUITE     quick (default): every verb, pool_fill, the stream and
+//                      the GPU-held snapshots at 2 GiB, in one 10-minute call;
+//                      long: what quick leaves out (LONG_ONLY) and those at
+//                      full size; all: both
+//   GPU_TEST_HELD_RUNS gpu-held's snapshot/rollback rounds (default 3)
 //   GPU_TEST_ONLY      comma-separated test-name prefixes to run, whatever the suite
 //   GPU_TEST_VERBOSE   1: pass the programs' stderr through
 //   GPU_TEST_LOG_APPEND  1: append to the log (run.sh started it)
@@ -91,11 +92,17 @@ const LONG_ONLY = [
   'distributed/killed',
   'distributed/bench',
   'cupy/process',
+  // Covered by launch/torch-workers's verbs, and the allocation timing.
+  'torch',
+  'launch/torch-spawn',
+  'bench_alloc',
 ];
 /** Tests of both suites whose pool is 2 GiB in the quick one (poolFillSize). */
-const SIZED = ['pool_fill', 'stream'];
+const SIZED = ['pool_fill', 'stream', 'gpu-held'];
 const startsAny = (name, prefixes) => prefixes.some((p) => name.startsWith(p));
-const inSuite = (name) => SUITE === 'all' || (SUITE === 'long' ? startsAny(name, [...LONG_ONLY, ...SIZED]) : !startsAny(name, LONG_ONLY));
+/** A test or one of its sub-tests ("torch" names torch, not torch/process). */
+const within = (name, tests) => tests.some((t) => name === t || name.startsWith(`${t}/`));
+const inSuite = (name) => SUITE === 'all' || (SUITE === 'long' ? within(name, [...LONG_ONLY, ...SIZED]) : !within(name, LONG_ONLY));
 const selected = (name) => (ONLY.length ? startsAny(name, ONLY) : inSuite(name));
 
 /** Runs one test: fn returns a detail string (or {detail, value}). Returns
@@ -667,6 +674,32 @@ async function noShim() {
   return { detail: `${R.length} buffers at ${R[0].addr}..., state stable, mutate changes every buffer`, value: { ready: R, mutated: M } };
 }
 
+/** Where a program that stopped answering is: its kernel state and wait
+ * channel, and what gpuckpt ps says of it (a gate left closed shows here). */
+function processWhereabouts(pid) {
+  if (!pid) return ['the program never named its pid'];
+  let status;
+  try {
+    status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    return [`process ${pid} is gone`];
+  }
+  const field = (k) => (status.match(new RegExp(`^${k}:\\s*(.*)$`, 'm')) ?? [])[1] ?? '?';
+  let wchan = '?';
+  try {
+    wchan = fs.readFileSync(`/proc/${pid}/wchan`, 'utf8');
+  } catch {}
+  const [cmd, argv] = cliCommand(['ps', '--json']);
+  const ps = spawnSync(cmd, argv, { encoding: 'utf8', timeout: 10_000 });
+  let entry = 'not listed';
+  try {
+    const list = JSON.parse(ps.stdout);
+    const found = Array.isArray(list) ? list.find((p) => Number(p?.pid) === pid) : undefined;
+    if (found) entry = JSON.stringify(found).slice(0, 300);
+  } catch {}
+  return [`process ${pid}: state ${field('State')}, wchan ${wchan}, threads ${field('Threads')}`, `gpuckpt ps: ${entry}`];
+}
+
 /** GPU memory nvidia-smi shows for pid, per GPU UUID (MiB). */
 function gpuMemoryOf(pid) {
   const r = spawnSync('nvidia-smi', ['--query-compute-apps=pid,gpu_uuid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
@@ -740,6 +773,8 @@ function launchViaFifo(prog, args = []) {
   );
   const w = fs.openSync(fifo, 'w'); // blocks until the program opens its stdin
   let lines = 0;
+  let pid = 0; // from the program's first line that names it
+  const errTail = () => tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : '');
   const nextLine = async (what, ms = 60_000) => {
     const t0 = Date.now();
     for (;;) {
@@ -748,25 +783,29 @@ function launchViaFifo(prog, args = []) {
       const all = text.slice(0, text.lastIndexOf('\n') + 1).split('\n').filter(Boolean);
       if (all.length > lines) {
         const line = all[lines++];
+        let e;
         try {
-          return JSON.parse(line);
+          e = JSON.parse(line);
         } catch {
           throw failure(`${what}: the program printed a line that is not JSON: ${JSON.stringify(line.slice(0, 200))}`);
         }
+        if (!pid && Number.isInteger(e.pid)) pid = e.pid;
+        return e;
       }
-      if (Date.now() - t0 > ms) throw failure(`${what}: no answer in ${ms / 1000} s`, tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : ''));
+      if (Date.now() - t0 > ms) throw failure(`${what}: no answer in ${ms / 1000} s`, [...processWhereabouts(pid), ...errTail()]);
       await sleep(50);
     }
   };
-  const send = async (cmd, expect, ms = 60_000) => {
+  /** `step` names the point of the scenario in a failure. */
+  const send = async (cmd, expect, ms = 60_000, step = cmd) => {
     try {
       fs.writeSync(w, cmd + '\n');
     } catch (e) {
       // EPIPE: the program is gone; say what it printed last.
-      throw failure(`${cmd}: cannot write to the program (${e.code ?? e.message}): it has ended`, tail(fs.existsSync(out + '.err') ? fs.readFileSync(out + '.err', 'utf8') : ''));
+      throw failure(`${cmd}: cannot write to the program (${e.code ?? e.message}): it has ended`, errTail());
     }
-    const e = await nextLine(cmd, ms);
-    if (e.event !== expect) throw failure(`${cmd}: got ${JSON.stringify(e).slice(0, 200)}`);
+    const e = await nextLine(step, ms);
+    if (e.event !== expect) throw failure(`${step}: got ${JSON.stringify(e).slice(0, 200)}`);
     return e;
   };
   const alive = (pid) => {
@@ -797,7 +836,7 @@ async function processScenario(name, prog) {
     const R = ready.buffers;
     const m = {};
     const ckA = await cliJson(['checkpoint', String(pid), '-o', path.join(dir, 'A'), '--leave-running', '--json'], 300_000);
-    expectSame((await send('state', 'state')).buffers, R, 'state after checkpoint --leave-running');
+    expectSame((await send('state', 'state', 60_000, 'state after checkpoint --leave-running')).buffers, R, 'state after checkpoint --leave-running');
     if (ckA.route !== 'gpu') throw failure(`checkpoint --leave-running went through host memory: ${ckA.whyThroughHost}`);
     m.leave_running_s = ckA.seconds;
     m.leave_running_pause_s = ckA.pauseSeconds;
@@ -811,7 +850,7 @@ async function processScenario(name, prog) {
     m.image_MiB = Number((spawnSync('du', ['-sm', path.join(dir, 'B')], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
     const rs1 = await cliJson(['restore', path.join(dir, 'B'), '--detach', '--json'], 300_000);
     if (rs1.pid !== pid) throw failure(`restore --detach gave pid ${rs1.pid}, expected ${pid}`);
-    expectSame((await send('state', 'state')).buffers, R, 'state after restore --detach');
+    expectSame((await send('state', 'state', 60_000, 'state after restore --detach')).buffers, R, 'state after restore --detach');
     m.restore_s = rs1.seconds;
     m.restore_criu_s = rs1.criuSeconds;
     fs.writeSync(w, 'quit\n');
@@ -822,7 +861,7 @@ async function processScenario(name, prog) {
     const args = ['restore', path.join(dir, 'B'), ...(uuids.length >= 2 ? ['--device', '1'] : [])];
     const attached = runCli(args, 300_000);
     for (let i = 0; i < 600 && !alive(pid); i++) await sleep(50);
-    expectSame((await send('state', 'state')).buffers, R, 'state after the second restore of the same image');
+    expectSame((await send('state', 'state', 60_000, 'state after the second restore')).buffers, R, 'state after the second restore of the same image');
     if (uuids.length >= 2) {
       const on = gpuMemoryOf(pid);
       if (!on[uuids[1]]) throw failure(`restored with --device 1, nvidia-smi shows ${JSON.stringify(on)}`);
@@ -1449,7 +1488,7 @@ async function main() {
   say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}; ${ONLY.length ? `tests ${ONLY.join(',')}` : `the ${SUITE} suite`}`);
   if (env.GPU_RUN_MODE === 'bench') {
     const { runBench } = await import('./bench.mjs');
-    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit });
+    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit, snapPath });
     return;
   }
 
@@ -1550,6 +1589,10 @@ async function main() {
   if (['live'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runLive } = await import('./live.mjs');
     await runLive({ App, test, failure, cliJson, snapPath, measure });
+  }
+  if (['gpu-held'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runGpuHeld } = await import('./gpu-held.mjs');
+    await runGpuHeld({ App, test, failure, cliJson, expectSame, snapPath, measure, gib: poolFillSize(gpus).gib, gpuUuids, env });
   }
   if (['stream'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runStream } = await import('./stream.mjs');

@@ -545,6 +545,7 @@ static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
 {
     char cmd[256];
     int gen = 0;
+    void *grabbed = NULL; /* grab MiB */
     while (gt_read_cmd(cmd, sizeof cmd)) {
         if (!strcmp(cmd, "state")) {
             gt_rt_checksum_all(bufs, n, devs);
@@ -573,6 +574,26 @@ static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
             gt_rewrite_start(bufs, n, devs, atof(cmd + 8));
         } else if (!strcmp(cmd, "rewritten")) {
             gt_rewrite_check(devs);
+        } else if (!strncmp(cmd, "grab ", 5)) {
+            /* grab MiB: device memory the program holds besides its buffers,
+             * or the error that refused it (the program runs on); ungrab: freed. */
+            GT_CK(cudaSetDevice(devs[0].device));
+            if (grabbed)
+                GT_CK(cudaFree(grabbed));
+            grabbed = NULL;
+            cudaError_t e = cudaMalloc(&grabbed, (size_t)(atof(cmd + 5) * (double)(1u << 20)));
+            if (e != cudaSuccess)
+                grabbed = NULL;
+            cudaGetLastError();
+            char extra[160];
+            snprintf(extra, sizeof extra, ",\"ok\":%s,\"error\":\"%s\"", e == cudaSuccess ? "true" : "false", cudaGetErrorName(e));
+            gt_emit("grabbed", extra, NULL, 0);
+        } else if (!strcmp(cmd, "ungrab")) {
+            GT_CK(cudaSetDevice(devs[0].device));
+            if (grabbed)
+                GT_CK(cudaFree(grabbed));
+            grabbed = NULL;
+            gt_emit("ungrabbed", NULL, NULL, 0);
         } else if (!strcmp(cmd, "quit")) {
             if (gt_rw.on) {
                 __atomic_store_n(&gt_rw.stop, 1, __ATOMIC_RELEASE);
