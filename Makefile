@@ -54,3 +54,9 @@ clean:
 	rm -rf $(B)
 
 .PHONY: all clean check
+
+# native/src/vulkan_min.h against the Vulkan SDK's headers (where they are installed).
+check-vulkan-layout:
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I$(VULKAN_INCLUDE) -Inative/src test/c/vulkan_layout.cc
+
+.PHONY: check-vulkan-layout

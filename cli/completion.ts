@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { GpuckptError } from '../controller/base/errors.js';
 
 /** Verbs whose first argument is a process (or a job). */
-const TAKE_PID = new Set(['checkpoint', 'suspend', 'resume', 'migrate']);
+const TAKE_PID = new Set(['checkpoint', 'suspend', 'resume', 'migrate', 'peek', 'poke']);
 
 function flagsOf(cmd: Command): string[] {
   return cmd.options.flatMap((o) => [o.short, o.long].filter((f): f is string => !!f)).concat('--help');

@@ -21,6 +21,8 @@ import { checkpointProcess, restoreProcess } from '../controller/verbs/process-i
 import { checkpointStreamed, imageBytesBound, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
 import { isGpuSnapshotName, releaseGpuSnapshots, restoreFromGpu, snapshotToGpu } from '../controller/verbs/gpu-held.js';
+import { peekMemory, pokeMemory } from '../controller/verbs/peek.js';
+import { ELEMENT_FORMATS, encodeElements, parseElementFormat } from '../controller/base/element-format.js';
 import { parseSize } from '../controller/base/units.js';
 import {
   inspectJson,
@@ -28,6 +30,8 @@ import {
   printGpuRollback,
   printGpuSnapshot,
   printInspect,
+  printPeek,
+  printPoke,
   printJobCheckpoint,
   printJobResume,
   printJobSuspend,
@@ -88,6 +92,12 @@ function required(value: string | undefined, flags: string): string {
 /** A repeatable option's values, in order. */
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
+}
+
+/** A device address: hex with 0x, or decimal. */
+function parseAddress(text: string): bigint {
+  if (!/^(0x[0-9a-f]+|[0-9]+)$/i.test(text)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not an address (0x... or a decimal number)`);
+  return BigInt(text);
 }
 
 function parseWorkers(v: string): number {
@@ -288,6 +298,38 @@ function buildProgram(): Command {
       else if (opts.detach) console.log(summary.pid);
       else printProcessRestore(summary);
       if (!opts.detach) process.exitCode = summary.signal ? 128 : (summary.exitCode ?? 1);
+    });
+
+  program
+    .command('peek')
+    .description("read a running process's device memory through a CPU mapping of the GPU's memory, without pausing it")
+    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .argument('<address>', 'device address (0x...), inside one of its allocations')
+    .argument('<length>', 'bytes to read (e.g. 64, 4K; at most 1G)')
+    .option('--format <f>', `how to show the bytes: ${ELEMENT_FORMATS.join(', ')}`, 'hex')
+    .option('--json', 'print JSON on stdout')
+    .addHelpText('after', examples(['gpuckpt peek 4242 0x600000000200 64', 'gpuckpt peek 4242 0x600000000200 4K --format f32 --json']))
+    .action(async (pidText: string, addrText: string, lengthText: string, opts: { format: string; json?: boolean }) => {
+      const format = parseElementFormat(opts.format);
+      const r = await peekMemory(parsePid(pidText), parseAddress(addrText), Number(parseSize(lengthText, 'LENGTH')), format);
+      if (opts.json) printJson(r);
+      else printPeek(r);
+    });
+
+  program
+    .command('poke')
+    .description("write a running process's device memory through a CPU mapping of the GPU's memory, with the process paused for it")
+    .argument('<pid>', 'process ID of an application started with gpuckpt run')
+    .argument('<address>', 'device address (0x...), inside one of its allocations')
+    .argument('<values...>', 'what to write: bytes in hex (--format hex), else one value each')
+    .option('--format <f>', `what the values are: ${ELEMENT_FORMATS.join(', ')}`, 'hex')
+    .option('--json', 'print JSON on stdout')
+    .addHelpText('after', examples(['gpuckpt poke 4242 0x600000000200 deadbeef', 'gpuckpt poke 4242 0x600000000200 1.5 -2 --format f32']))
+    .action(async (pidText: string, addrText: string, values: string[], opts: { format: string; json?: boolean }) => {
+      const data = encodeElements(values, parseElementFormat(opts.format));
+      const r = await pokeMemory(parsePid(pidText), parseAddress(addrText), data);
+      if (opts.json) printJson(r);
+      else printPoke(r);
     });
 
   program

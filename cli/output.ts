@@ -10,6 +10,8 @@ import type { JobCheckpointSummary, JobResumeSummary, JobSuspendSummary } from '
 import { formatBytes, hex } from '../controller/base/units.js';
 import type { StreamedSummary } from '../controller/verbs/image-stream.js';
 import type { GpuRollbackSummary, GpuSnapshotSummary, HeldSnapshot, ReleaseSummary } from '../controller/verbs/gpu-held.js';
+import type { PeekResult, PokeSummary } from '../controller/verbs/peek.js';
+import { elementSize } from '../controller/base/element-format.js';
 import { bytesOf, zeroRanges } from '../controller/image/chain.js';
 import { describeFrameworkUse } from '../controller/engine/framework-free.js';
 
@@ -77,6 +79,20 @@ export function printGpuSnapshot(s: GpuSnapshotSummary): void {
 export function printGpuRollback(s: GpuRollbackSummary): void {
   console.log(`process ${s.pid} rolled back to snapshot ${s.snapshot} (${formatBytes(s.rawBytes)})`);
   console.log(`  application paused ${(s.pauseSeconds * 1000).toFixed(1)} ms (copy ${(s.copySeconds * 1000).toFixed(1)} ms, ${s.copyGBps} GB/s); total ${s.seconds} s`);
+}
+
+export function printPeek(r: PeekResult): void {
+  const perLine = r.format === 'hex' ? 16 : Math.max(1, 32 / elementSize(r.format));
+  const size = elementSize(r.format);
+  for (let i = 0; i < r.values.length; i += perLine) {
+    const cells = r.values.slice(i, i + perLine).map((v) => (r.format === 'hex' ? Number(v).toString(16).padStart(2, '0') : String(v)));
+    console.log(`${hex(r.addr + BigInt(i * size))}  ${cells.join(' ')}`);
+  }
+  console.error(`(${r.length} bytes of process ${r.pid}, device ${r.device}, through ${r.route === 'vulkan' ? "the GPU's BAR (Vulkan)" : 'a mapping of the exported memory'}, read in ${(r.readSeconds * 1e6).toFixed(0)} µs)`);
+}
+
+export function printPoke(r: PokeSummary): void {
+  console.log(`wrote ${r.length} bytes at ${hex(r.addr)} of process ${r.pid} (device ${r.device}) through ${r.route === 'vulkan' ? "the GPU's BAR (Vulkan)" : 'a mapping of the exported memory'}; paused ${(r.pauseSeconds * 1000).toFixed(1)} ms`);
 }
 
 export function printRelease(s: ReleaseSummary): void {

@@ -52,6 +52,13 @@ interface NativeModule {
   warmDriver(): void;
   /** chunkSize bytes each on the GPU with that UUID, exported as POSIX fds (the caller's to close); rejects with cuResult set. */
   createPeerChunks(uuid: string, chunkSize: number, count: number): Promise<number[]>;
+  /** The chunks behind fds (chunkBytes each, on the GPU with that UUID) mapped into this process: the route that served, or why each failed (bar_map.h). */
+  barMap(fds: number[], chunkBytes: number, uuid: string, routes?: string[]): { id: number; route: 'mmap' | 'vulkan' } | { tried: string[] };
+  /** length bytes from offset of a barMap's chunks laid end to end. */
+  barRead(id: number, offset: number, length: number): Buffer;
+  /** data written at offset of a barMap's chunks, fenced. */
+  barWrite(id: number, offset: number, data: Uint8Array): void;
+  barUnmap(id: number): void;
   /** NVML's view; null without NVML. */
   gpuMemory(): { uuid: string; free: bigint; total: bigint }[] | null;
   /** What one process holds per GPU; null when NVML cannot say. */

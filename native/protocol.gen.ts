@@ -27,6 +27,7 @@ export const MessageType = {
   NCCL_NEW_ID: 20,
   NCCL_REBUILD: 21,
   FRAMEWORK_FREE: 22,
+  CHUNK_EXPORT: 23,
   HOLD_PUT: 40,
   HOLD_LIST: 41,
   HOLD_TAKE: 42,
@@ -338,6 +339,19 @@ export interface FrameworkRequest {
   timeoutMs: number;
 }
 
+export interface ChunkExportReply {
+  /** the first chunk's address: fd i is the chunk at first + i * chunk_size */
+  first: bigint;
+  device: number;
+  /** fds passed with the reply */
+  count: number;
+}
+
+export interface ChunkExportRequest {
+  addr: bigint;
+  length: number;
+}
+
 export interface HoldReply {
   id: bigint;
   /** PUT: held in the part so far; DROP, RECLAIM: let go; TAKE: 0 */
@@ -424,6 +438,7 @@ export interface Messages {
   NCCL_NEW_ID: { request: undefined; reply: NcclId };
   NCCL_REBUILD: { request: NcclRebuildRequest; reply: undefined };
   FRAMEWORK_FREE: { request: FrameworkRequest; reply: FrameworkReply };
+  CHUNK_EXPORT: { request: ChunkExportRequest; reply: ChunkExportReply };
   HOLD_PUT: { request: HoldPutRequest; reply: HoldReply };
   HOLD_LIST: { request: undefined; reply: HoldListReply };
   HOLD_TAKE: { request: HoldTakeRequest; reply: HoldReply };

@@ -56,6 +56,7 @@ enum gpck_type {
     GPCK_NCCL_NEW_ID = 20,   /* (none) -> gpck_nccl_id: a unique id for a communicator's rebuild */
     GPCK_NCCL_REBUILD = 21,  /* gpck_nccl_rebuild_req -> (none): make one communicator again */
     GPCK_FRAMEWORK_FREE = 22, /* gpck_framework_req -> gpck_framework_rep: memory the framework's allocator holds unused, from its in-process hook */
+    GPCK_CHUNK_EXPORT = 23,  /* gpck_chunk_export_req -> gpck_chunk_export_rep: + fds: the pool's chunks under a range, exported (peek, poke) */
     GPCK_HOLD_PUT = 40,      /* gpck_hold_put_req -> gpck_hold_rep: + fds: keep them as part of a snapshot */
     GPCK_HOLD_LIST = 41,     /* (none) -> gpck_hold_list_rep: the snapshots held */
     GPCK_HOLD_TAKE = 42,     /* gpck_hold_take_req -> gpck_hold_rep: copies of a snapshot part's fds */
@@ -447,6 +448,23 @@ struct gpck_peer_rep {
     uint64_t bytes;            /* copied by this request */
     uint64_t ns;
     uint64_t chunks_held;      /* of device, so far */
+};
+
+/* CHUNK_EXPORT: the chunks under [addr, addr + length), which must lie
+ * inside one live allocation (-EFAULT otherwise: outside the pool, or memory
+ * no allocation holds), each exported as a POSIX fd (at most
+ * GPCK_MAX_STAGING_FILES chunks: -E2BIG), so that another process can map
+ * them into the CPU (gpuckpt peek and poke). Any client, no gate: what the
+ * memory holds is the application's business; a poke holds the gate first. */
+struct gpck_chunk_export_req {
+    uint64_t addr;
+    uint64_t length;
+};
+
+struct gpck_chunk_export_rep {
+    uint64_t first;            /* the first chunk's address: fd i is the chunk at first + i * chunk_size */
+    uint32_t device;
+    uint32_t count;            /* fds passed with the reply */
 };
 
 /* GPU-held snapshots (checkpoint --gpu-only --to-gpu): memory on a GPU

@@ -68,6 +68,7 @@ export const MESSAGES = [
   ['NCCL_NEW_ID', 20, null, 'nccl_id', "a unique id for a communicator's rebuild"],
   ['NCCL_REBUILD', 21, 'nccl_rebuild_req', null, 'make one communicator again'],
   ['FRAMEWORK_FREE', 22, 'framework_req', 'framework_rep', "memory the framework's allocator holds unused, from its in-process hook"],
+  ['CHUNK_EXPORT', 23, 'chunk_export_req', 'chunk_export_rep', "+ fds: the pool's chunks under a range, exported (peek, poke)"],
   ['HOLD_PUT', 40, 'hold_put_req', 'hold_rep', '+ fds: keep them as part of a snapshot', { fds: true, server: 'holder' }],
   ['HOLD_LIST', 41, null, 'hold_list_rep', 'the snapshots held', { server: 'holder' }],
   ['HOLD_TAKE', 42, 'hold_take_req', 'hold_rep', "copies of a snapshot part's fds", { server: 'holder' }],
@@ -537,6 +538,29 @@ then as above. Either way the shim keeps no fd, and first is ignored.`,
       ['u64', 'bytes', { as: 'number', doc: 'copied by this request' }],
       ['u64', 'ns', { as: 'number' }],
       ['u64', 'chunks_held', { as: 'number', doc: 'of device, so far' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'chunk_export_req',
+    doc: `CHUNK_EXPORT: the chunks under [addr, addr + length), which must lie
+inside one live allocation (-EFAULT otherwise: outside the pool, or memory
+no allocation holds), each exported as a POSIX fd (at most
+GPCK_MAX_STAGING_FILES chunks: -E2BIG), so that another process can map
+them into the CPU (gpuckpt peek and poke). Any client, no gate: what the
+memory holds is the application's business; a poke holds the gate first.`,
+    fields: [
+      ['u64', 'addr'],
+      ['u64', 'length', { as: 'number' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'chunk_export_rep',
+    fields: [
+      ['u64', 'first', { doc: "the first chunk's address: fd i is the chunk at first + i * chunk_size" }],
+      ['u32', 'device'],
+      ['u32', 'count', { doc: 'fds passed with the reply' }],
     ],
   },
   {

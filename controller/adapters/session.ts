@@ -6,6 +6,7 @@
  */
 import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from '../base/errors.js';
+import { hex } from '../base/units.js';
 import { hasShimLoaded, innerPid, isAlive, processUid } from './processes.js';
 import { socketCandidates } from './run-dir.js';
 import {
@@ -370,6 +371,28 @@ export class ShimSession {
       fds,
       reasons: { ESTALE: "the pool's chunks in use are not the snapshot's" },
     });
+  }
+
+  /**
+   * The pool's chunks under [addr, addr + length), exported as fds (the
+   * caller's to close; see CHUNK_EXPORT): fd i is the chunk at first + i *
+   * chunk size, on device.
+   */
+  async chunkExport(addr: bigint, length: number): Promise<{ first: bigint; device: number; fds: number[] }> {
+    const rep = await this.request('CHUNK_EXPORT', 'export the memory at that address', { addr, length }, {
+      reasons: {
+        EFAULT: `${hex(addr)} (${length} bytes) is not inside one of its pool's allocations`,
+        E2BIG: `${length} bytes span more chunks than one request exports`,
+        EBUSY: 'it is suspended: its pool has no memory now',
+      },
+      codes: { EFAULT: 'BAD_ARGUMENT', E2BIG: 'BAD_ARGUMENT', EBUSY: 'ALREADY_SUSPENDED' },
+    });
+    const fds = rep.fds ?? [];
+    if (fds.length !== rep.count) {
+      for (const fd of fds) native().closeFd(fd);
+      throw new GpuckptError('PROTOCOL_ERROR', `process ${this.pid} passed ${fds.length} fds of ${rep.count} chunks`);
+    }
+    return { first: rep.first, device: rep.device, fds };
   }
 
   /** Maps the memory behind fds as device's mirror from first on (see GPCK_PEER_MIRROR), for copyOut(ranges, true); until this session closes. */

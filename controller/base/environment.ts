@@ -5,7 +5,7 @@
  */
 import { GpuckptError } from './errors.js';
 
-type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle';
+type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle' | 'routes';
 
 /** Name, kind; the shim's (shim/interpose/config.h) and the controller's own. */
 const SETTINGS: [string, Kind][] = [
@@ -25,6 +25,7 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_SHUFFLE', 'shuffle'],
   ['GPUCKPT_FRAMEWORK_HOOK', 'flag'],
   ['GPUCKPT_FRAMEWORK_WAIT', 'seconds'],
+  ['GPUCKPT_BAR_ROUTES', 'routes'],
 ];
 
 const VALID: Record<Kind, [RegExp, string]> = {
@@ -34,6 +35,7 @@ const VALID: Record<Kind, [RegExp, string]> = {
   flag: [/^[01]$/, '0 or 1'],
   level: [/^(error|warn|info|debug)$/, 'one of error, warn, info, debug'],
   shuffle: [/^(auto|off|2|4)$/, 'auto, off, 2 or 4 (byte planes of that element size in every frame)'],
+  routes: [/^(mmap|vulkan)(,(mmap|vulkan))*$/, 'routes to try in order, of mmap and vulkan (example: vulkan,mmap)'],
 };
 
 export function checkEnvironment(env: NodeJS.ProcessEnv = process.env): void {

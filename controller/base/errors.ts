@@ -49,6 +49,8 @@ export type ErrorCode =
   | 'JOB_REFUSED'
   | 'CUT_TIMEOUT'
   | 'NCCL_FAILED'
+  // peek and poke
+  | 'NO_BAR_ROUTE'
   // environment and usage
   | 'NO_GPU'
   | 'NO_NVCC'
@@ -106,6 +108,7 @@ const REFUSED: ErrorCode[] = [
   'IMAGE_DATA_CORRUPT',
   'NO_DRIVER_CHECKPOINT',
   'NO_DIGEST_KERNEL',
+  'NO_BAR_ROUTE',
 ];
 
 export function exitStatusOf(e: GpuckptError): number {

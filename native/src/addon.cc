@@ -9,6 +9,7 @@
 #include "gpu_memory.h"
 #include "gpuckpt_protocol.h"
 #include "host_digest.h"
+#include "bar_map.h"
 #include "byte_planes.h"
 #include "peer_memory.h"
 #include "session.h"
@@ -31,6 +32,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("gpuMemory", Napi::Function::New(env, GpuMemory, "gpuMemory"));
   exports.Set("processGpuMemory", Napi::Function::New(env, ProcessGpuMemory, "processGpuMemory"));
   exports.Set("createPeerChunks", Napi::Function::New(env, CreatePeerChunks, "createPeerChunks"));
+  exports.Set("barMap", Napi::Function::New(env, BarMap, "barMap"));
+  exports.Set("barRead", Napi::Function::New(env, BarRead, "barRead"));
+  exports.Set("barWrite", Napi::Function::New(env, BarWrite, "barWrite"));
+  exports.Set("barUnmap", Napi::Function::New(env, BarUnmap, "barUnmap"));
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("byteplanes", Napi::Function::New(env, BytePlanes, "byteplanes"));

@@ -201,6 +201,14 @@ bool Encode_framework_req(const Napi::Object& args, std::vector<uint8_t>& out, s
   return true;
 }
 
+bool Encode_chunk_export_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
+  gpck_chunk_export_req v{};
+  v.addr = static_cast<uint64_t>(ToU64(args.Get("addr")));
+  v.length = static_cast<uint64_t>(ToU64(args.Get("length")));
+  Append(out, v);
+  return true;
+}
+
 bool Encode_hold_put_req(const Napi::Object& args, std::vector<uint8_t>& out, std::string& err) {
   gpck_hold_put_req v{};
   v.id = static_cast<uint64_t>(ToU64(args.Get("id")));
@@ -436,6 +444,14 @@ void Decode_framework_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Ob
   }
 }
 
+void Decode_chunk_export_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_chunk_export_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_chunk_export_rep*>(b.data());
+  o.Set("first", Napi::BigInt::New(env, static_cast<uint64_t>(r->first)));
+  o.Set("device", Napi::Number::New(env, static_cast<double>(r->device)));
+  o.Set("count", Napi::Number::New(env, static_cast<double>(r->count)));
+}
+
 void Decode_hold_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
   if (b.size() < sizeof(gpck_hold_rep)) return;
   const auto* r = reinterpret_cast<const gpck_hold_rep*>(b.data());
@@ -515,6 +531,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return Encode_nccl_rebuild_req(args, out, err);
     case GPCK_FRAMEWORK_FREE:
       return Encode_framework_req(args, out, err);
+    case GPCK_CHUNK_EXPORT:
+      return Encode_chunk_export_req(args, out, err);
     case GPCK_HOLD_PUT:
       return Encode_hold_put_req(args, out, err);
     case GPCK_HOLD_LIST:
@@ -584,6 +602,9 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       break;
     case GPCK_FRAMEWORK_FREE:
       Decode_framework_rep(env, b, o);
+      break;
+    case GPCK_CHUNK_EXPORT:
+      Decode_chunk_export_rep(env, b, o);
       break;
     case GPCK_HOLD_PUT:
       Decode_hold_rep(env, b, o);

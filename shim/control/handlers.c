@@ -868,6 +868,48 @@ static int handle_peer_hold(struct gp_request *r)
     return 0;
 }
 
+struct chunk_export {
+    int fds[GPCK_MAX_STAGING_FILES];
+    uint32_t count;
+};
+
+static int export_chunk(CUmemGenericAllocationHandle handle, void *arg)
+{
+    struct chunk_export *e = arg;
+    if (e->count == GPCK_MAX_STAGING_FILES)
+        return -E2BIG;
+    int fd = -1;
+    CUresult r = GP_CALL(cuMemExportToShareableHandle, &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS)
+        return -EIO;
+    e->fds[e->count++] = fd;
+    return 0;
+}
+
+static int handle_chunk_export(struct gp_request *r)
+{
+    const struct gpck_chunk_export_req *req = gp_request_payload(r, sizeof(*req));
+    if (!req)
+        return -EPROTO;
+    if (suspension != RUNNING && suspension != ROLLING_BACK)
+        return -EBUSY; /* suspended: the pool has no memory to show */
+    /* The control thread's alone, and sent before the next request. */
+    static struct chunk_export e;
+    e.count = 0;
+    struct gpck_chunk_export_rep *rep = r->reply;
+    int device = 0;
+    int err = gp_pool_each_chunk(req->addr, req->length, export_chunk, &e, &device, &rep->first);
+    if (err) {
+        for (uint32_t i = 0; i < e.count; i++)
+            close(e.fds[i]);
+        return err;
+    }
+    rep->device = (uint32_t)device;
+    rep->count = e.count;
+    r->send = (struct gp_fds){ e.fds, e.count, true };
+    return 0;
+}
+
 static int handle_framework_free(struct gp_request *r)
 {
     const struct gpck_framework_req *req = gp_request_payload(r, sizeof(*req));

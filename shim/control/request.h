@@ -21,10 +21,12 @@ struct gp_client {
     struct gp_staging staging;
 };
 
-/* Fds a reply passes (SCM_RIGHTS), owned by the handler's side. */
+/* Fds a reply passes (SCM_RIGHTS), owned by the handler's side; with
+ * close_after, made for the reply alone: the server closes them once sent. */
 struct gp_fds {
     const int *fds;
     uint32_t count;
+    bool close_after;
 };
 
 /* Fds a request brought (SCM_RIGHTS). A handler that takes them (and so

@@ -206,7 +206,10 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
         flags = GPCK_REPLY_ERROR_TEXT;
     }
     int sent = send_message(c->fd, h->type | GPCK_REPLY, h->seq, status, out, reply_len, pass, flags);
-    if (pass.count)
+    if (pass.close_after)
+        for (uint32_t i = 0; i < pass.count; i++)
+            close(pass.fds[i]);
+    else if (pass.count)
         gp_client_fds_sent(c);
     if (sent < 0)
         drop_client(c);

@@ -183,6 +183,8 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = s->device;
+    /* Exportable: gpuckpt peek and poke map a chunk into another process. */
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUmemGenericAllocationHandle handle;
     CUresult r = pool.ops.mem_create(&handle, pool.cfg.chunk_size, &prop, 0);
     if (r != CUDA_SUCCESS)
@@ -315,6 +317,27 @@ int gp_pool_find(CUdeviceptr ptr, struct gp_extent *ext, int *device)
     pthread_mutex_unlock(&s->lock);
     if (!err && device)
         *device = d;
+    return err;
+}
+
+int gp_pool_each_chunk(CUdeviceptr addr, uint64_t len, int (*fn)(CUmemGenericAllocationHandle handle, void *arg),
+                       void *arg, int *device, uint64_t *first)
+{
+    int d = slice_of(addr);
+    if (d < 0 || !len)
+        return -EFAULT;
+    struct slice *s = &pool.slices[d];
+    pthread_mutex_lock(&s->lock);
+    struct gp_extent ext;
+    int err = gp_alloc_find(s->alloc, addr, &ext) ? -EFAULT : 0;
+    if (!err && (len > ext.size || addr - ext.addr > ext.size - len))
+        err = -EFAULT;
+    uint64_t cs = pool.cfg.chunk_size, off = addr - s->base;
+    for (size_t i = off / cs; !err && i <= (off + len - 1) / cs; i++)
+        err = s->chunks[i].mapped ? fn(s->chunks[i].handle, arg) : -EFAULT;
+    pthread_mutex_unlock(&s->lock);
+    *device = d;
+    *first = s->base + off / cs * cs;
     return err;
 }
 

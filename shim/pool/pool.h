@@ -70,6 +70,12 @@ int gp_pool_free(CUdeviceptr ptr, CUresult *cu_err);
 bool gp_pool_contains(CUdeviceptr ptr);
 /* The live allocation containing ptr and its device; -ENOENT if none. */
 int gp_pool_find(CUdeviceptr ptr, struct gp_extent *ext, int *device);
+/* fn(handle, arg) for each chunk under [addr, addr + len), in address
+ * order, with the slice locked (none is unmapped meanwhile); the range must
+ * lie inside one live allocation (-EFAULT), len > 0. *device and *first
+ * (the first chunk's address) say where. Stops at fn's first non-zero. */
+int gp_pool_each_chunk(CUdeviceptr addr, uint64_t len, int (*fn)(CUmemGenericAllocationHandle handle, void *arg),
+                       void *arg, int *device, uint64_t *first);
 /* Live allocations with addr >= start, in address order, at most max;
  * *next_addr is where to continue, *more whether anything is left. */
 struct gp_pool_entry { int device; uint64_t addr; uint64_t size; };

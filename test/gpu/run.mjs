@@ -1590,6 +1590,10 @@ async function main() {
     const { runLive } = await import('./live.mjs');
     await runLive({ App, test, failure, cliJson, snapPath, measure });
   }
+  if (['peek'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
+    const { runPeek } = await import('./peek.mjs');
+    await runPeek({ App, test, Skip, failure, cliJson, runCli, expectSame, measure });
+  }
   if (['gpu-held'].some((t) => ONLY.length === 0 || ONLY.some((p) => p.startsWith(t) || t.startsWith(p)))) {
     const { runGpuHeld } = await import('./gpu-held.mjs');
     await runGpuHeld({ App, test, failure, cliJson, expectSame, snapPath, measure, gib: poolFillSize(gpus).gib, gpuUuids, env });
