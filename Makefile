@@ -33,9 +33,9 @@ $(B)/gpuckpt-driver-keeper: native/keeper/driver_keeper.c native/common/proc_sta
 	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -o $@ $< -ldl
 
 # Keeps GPU-held snapshots (native/holder/snapshot_holder.c says why).
-$(B)/gpuckpt-snapshot-holder: native/holder/snapshot_holder.c native/holder/messages.gen.h native/common/proc_stat.h protocol/gpuckpt_protocol.h protocol/gpck_wire.h
+$(B)/gpuckpt-snapshot-holder: native/holder/snapshot_holder.c native/holder/snapshots.c native/holder/snapshots.h native/holder/messages.gen.h native/common/proc_stat.h protocol/gpuckpt_protocol.h protocol/gpck_wire.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -Iprotocol -o $@ $<
+	$(CC) $(CFLAGS) -std=gnu11 $(WARN) -Iprotocol -o $@ native/holder/snapshot_holder.c native/holder/snapshots.c
 
 # Preloaded into CRIU older than 4.2 on Linux 6.16+ (native/criu-compat/criu_compat.c says why).
 $(B)/gpuckpt-criu-compat.so: native/criu-compat/criu_compat.c

@@ -521,6 +521,15 @@ struct gpck_hold_list_rep {
     struct gpck_hold_entry entries[]; /* one per part */
 };
 
+/* A full list of held snapshots fits one message (with the header). */
+#ifdef __cplusplus
+#define GPCK_FITS_A_MESSAGE static_assert
+#else
+#define GPCK_FITS_A_MESSAGE _Static_assert
+#endif
+GPCK_FITS_A_MESSAGE(sizeof(struct gpck_header) + sizeof(struct gpck_hold_list_rep) + GPCK_MAX_HOLD_ENTRIES * sizeof(struct gpck_hold_entry) <= GPCK_MAX_MESSAGE,
+                    "GPCK_MAX_HOLD_ENTRIES does not fit a message");
+
 struct gpck_hold_take_req {
     uint64_t id;
     uint64_t first;

@@ -634,6 +634,11 @@ nothing and no client is connected.`,
     ],
   },
   {
+    kind: 'assert',
+    doc: 'A full list of held snapshots fits one message (with the header).',
+    checks: [['sizeof(struct gpck_header) + sizeof(struct gpck_hold_list_rep) + GPCK_MAX_HOLD_ENTRIES * sizeof(struct gpck_hold_entry) <= GPCK_MAX_MESSAGE', 'GPCK_MAX_HOLD_ENTRIES does not fit a message']],
+  },
+  {
     kind: 'struct',
     name: 'hold_take_req',
     fields: [

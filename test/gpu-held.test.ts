@@ -7,11 +7,21 @@
  * memory when the application runs out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { APPS, eventually, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 import { chunkRuns } from '../controller/verbs/gpu-held.js';
+import { holderSocket, SnapshotHolder } from '../controller/adapters/snapshot-holder.js';
+import { startTime } from '../controller/adapters/processes.js';
+import { MessageType, native } from '../native/index.js';
+
+/** Polls an async condition for about two seconds. */
+async function eventually2(cond: () => Promise<boolean>): Promise<boolean> {
+  for (let i = 0; i < 100; i++) if (await cond()) return true;
+  else await new Promise((r) => setTimeout(r, 20));
+  return cond();
+}
 
 const box = new Sandbox();
 const env = { FAKE_CUDA_DEVICES: '2' };
@@ -101,8 +111,12 @@ describe('GPU-held snapshots', () => {
     const { app: other } = await start();
     const held = () => json<any[]>(cli(['ps', '--json']).stdout).flatMap((r) => r.gpuSnapshots);
     expect(await eventually(() => !held().some((x) => x.snapshot === s.snapshot))).toBe(true);
-    // Its description went with it, as the snapshots were listed.
-    expect(readdirSync(join(box.runDir, 'gpu-snapshots'))).not.toContain(`${s.snapshot.slice(4)}.json`);
+    // Its description goes once no longer young (a checkpoint may be writing one): as the snapshots are listed.
+    const record = join(box.runDir, 'gpu-snapshots', `${s.snapshot.slice(4)}.json`);
+    expect(existsSync(record)).toBe(true);
+    utimesSync(record, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000));
+    held();
+    expect(existsSync(record)).toBe(false);
     await other.quit();
   });
 
@@ -129,6 +143,24 @@ describe('GPU-held snapshots', () => {
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^gpuckpt: image layout does not match process [0-9]+: the process has an allocation at 0x/);
     expect((await app.command('state')).buffers!.slice(0, ready.buffers!.length)).toEqual(ready.buffers);
+    await app.quit();
+  });
+
+  it('lets go of what a checkpoint that ended midway was handing over', async () => {
+    const { app } = await start();
+    cli(['checkpoint', String(app.pid), '--gpu-only', '--to-gpu']); // a holder runs
+    const holder = SnapshotHolder.connect(box.runDir)!;
+    const raw = new (native().Session)(holderSocket(box.runDir));
+    const memfd = native().createMemfd(1 << 20);
+    const part = { id: 0n, startTime: BigInt(startTime(app.pid)!), bytes: 1 << 20, first: 0, pid: app.pid, part: 0, flags: 0, uuid: 'GPU-46414b45-0000-0000-0000-000000000000' };
+    const put = await raw.request(MessageType.HOLD_PUT, part, 5000, [memfd]);
+    native().closeFd(memfd);
+    const listed = async () => (await holder.list()).entries.filter((e) => e.id === put.id);
+    expect(await listed()).toMatchObject([{ complete: false, bytes: 1 << 20 }]);
+    raw.close(); // the checkpoint is gone before its last part
+    expect(await eventually2(async () => (await listed()).length === 0)).toBe(true);
+    holder.close();
+    cli(['release', '--all']);
     await app.quit();
   });
 

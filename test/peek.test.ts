@@ -28,6 +28,10 @@ describe('element formats', () => {
     ];
     for (const [f, values] of cases) expect(decodeElements(encodeElements(values, f), f).map(String), f).toEqual(values.map((v) => String(Number(v) === Number(v) && !f.includes('64') ? Number(v) : v)));
     expect([...encodeElements(['de ad', 'BEEF'], 'hex')]).toEqual([0xde, 0xad, 0xbe, 0xef]);
+    expect([...encodeElements(['0xde', '0xad'], 'hex')]).toEqual([0xde, 0xad]);
+    expect(() => encodeElements([''], 'u32')).toThrow(/empty/);
+    // bf16 rounds to nearest: 1 + 2^-8 + 2^-9 lies above the halfway point of 1 and 1 + 2^-7.
+    expect(decodeElements(encodeElements([String(1 + 2 ** -8 + 2 ** -9)], 'bf16'), 'bf16')).toEqual([1 + 2 ** -7]);
     expect([...encodeElements(['258'], 'u16')]).toEqual([2, 1]);
     expect(() => encodeElements(['256'], 'u8')).toThrow(/out of range 0..255/);
     expect(() => encodeElements(['abc'], 'hex')).toThrow(/not bytes in hex/);

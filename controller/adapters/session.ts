@@ -383,9 +383,10 @@ export class ShimSession {
       reasons: {
         EFAULT: `${hex(addr)} (${length} bytes) is not inside one of its pool's allocations`,
         E2BIG: `${length} bytes span more chunks than one request exports`,
-        EBUSY: 'it is suspended: its pool has no memory now',
+        EBUSY: 'its pool is not running (suspended, or held mid-rollback)',
+        EOPNOTSUPP: 'its GPUs cannot export memory as POSIX fds, which a CPU mapping needs',
       },
-      codes: { EFAULT: 'BAD_ARGUMENT', E2BIG: 'BAD_ARGUMENT', EBUSY: 'ALREADY_SUSPENDED' },
+      codes: { EFAULT: 'BAD_ARGUMENT', E2BIG: 'BAD_ARGUMENT', EBUSY: 'ALREADY_SUSPENDED', EOPNOTSUPP: 'NO_BAR_ROUTE' },
     });
     const fds = rep.fds ?? [];
     if (fds.length !== rep.count) {

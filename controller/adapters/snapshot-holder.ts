@@ -9,8 +9,8 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { GpuckptError } from '../base/errors.js';
-import { logsDir, ownRunDir } from './run-dir.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { ownRunDir } from './run-dir.js';
 import { HoldFlag, MAX_STAGING_FILES, MessageType, native, packageRoot, type HoldEntry, type HoldListReply, type HoldReply, type NativeError, type NativeSession } from '../../native/index.js';
 
 /** How long a new holder may take to say it listens. */
@@ -51,14 +51,23 @@ export class SnapshotHolder {
     }
   }
 
-  /** Connects to the holder of runDir, started first when none answers. */
+  /**
+   * Connects to the holder of runDir, started first when none answers. A
+   * first request makes sure it serves: one that was ending as we connected
+   * resets the connection, and a new one is started.
+   */
   static async connectOrStart(runDir: string): Promise<SnapshotHolder> {
-    const found = SnapshotHolder.connect(runDir);
-    if (found) return found;
-    await launch(runDir, holderSocket(runDir));
-    const started = SnapshotHolder.connect(runDir);
-    if (!started) throw new GpuckptError('INTERNAL', `the snapshot holder started but does not answer at ${holderSocket(runDir)}`);
-    return started;
+    for (let attempt = 0; ; attempt++) {
+      const holder = SnapshotHolder.connect(runDir) ?? (await launch(runDir, holderSocket(runDir)), SnapshotHolder.connect(runDir));
+      if (!holder) throw new GpuckptError('INTERNAL', `the snapshot holder started but does not answer at ${holderSocket(runDir)}`);
+      try {
+        await holder.list();
+        return holder;
+      } catch (e) {
+        holder.close();
+        if (attempt === 1 || !isGpuckptError(e, 'SESSION_CLOSED')) throw e;
+      }
+    }
   }
 
   close(): void {
@@ -73,6 +82,7 @@ export class SnapshotHolder {
       if (err.code === 'EPROTONOSUPPORT')
         throw new GpuckptError('PROTOCOL_VERSION', `the snapshot holder at ${this.socket} speaks another protocol version than this gpuckpt (${native().protocolVersion}): release its snapshots with the gpuckpt that made them`);
       if (err.code === 'ENOENT') throw new GpuckptError('IMAGE_MISSING', `${what}: the snapshot holder holds no such snapshot (released, or its process ended)`);
+      if (err.code === 'EMFILE') throw new GpuckptError('OUT_OF_FDS', `${what}: the snapshot holder has no room for more open files (its hard RLIMIT_NOFILE)`);
       throw new GpuckptError('SESSION_CLOSED', `${what}: the snapshot holder failed: ${err.message}`);
     }
   }
@@ -126,15 +136,22 @@ export class SnapshotHolder {
 async function launch(runDir: string, socket: string): Promise<void> {
   const binary = holderBinary();
   if (!existsSync(binary)) throw new GpuckptError('NO_SHIM', `the snapshot holder is not built (${binary}): run npm run build`);
-  mkdirSync(runDir, { recursive: true, mode: 0o700 });
-  mkdirSync(logsDir(), { recursive: true, mode: 0o700 });
-  const log = openSync(join(logsDir(), 'snapshot-holder.log'), 'a', 0o600);
+  const logs = join(runDir, 'logs');
+  mkdirSync(logs, { recursive: true, mode: 0o700 });
+  const log = openSync(join(logs, 'snapshot-holder.log'), 'a', 0o600);
   let said: string;
   try {
     const child = spawn(binary, [socket], { detached: true, stdio: ['ignore', 'pipe', log], cwd: '/' });
     said = await new Promise<string>((resolve) => {
       let out = '';
-      const timer = setTimeout(() => resolve(out || 'no answer'), START_WAIT_MS);
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        resolve(out || `no answer in ${START_WAIT_MS / 1000} s`);
+      }, START_WAIT_MS);
+      child.on('exit', (code, signal) => {
+        clearTimeout(timer);
+        resolve(out.split('\n')[0] || `failed: it exited (${signal ?? `status ${code}`}) without a word`);
+      });
       child.stdout!.on('data', (d: Buffer) => {
         out += d.toString();
         if (out.includes('\n')) {

@@ -96,7 +96,10 @@ export function decodeElements(bytes: Uint8Array, f: ElementFormat): (number | s
 /** Bytes from values as the command line gives them: hex, one string of hex digits (spaces allowed); else one value each. */
 export function encodeElements(values: string[], f: ElementFormat): Buffer {
   if (f === 'hex') {
-    const digits = values.join('').replace(/\s+/g, '').replace(/^0x/i, '');
+    const digits = values
+      .flatMap((v) => v.trim().split(/\s+/))
+      .map((v) => v.replace(/^0x/i, ''))
+      .join('');
     if (!digits || digits.length % 2 || !/^[0-9a-f]+$/i.test(digits)) throw new GpuckptError('BAD_ARGUMENT', `"${values.join(' ')}" is not bytes in hex (an even number of hex digits)`);
     return Buffer.from(digits, 'hex');
   }
@@ -114,12 +117,15 @@ export function encodeElements(values: string[], f: ElementFormat): Buffer {
       else if (f === 'f32') out.writeFloatLE(x, at);
       else if (f === 'f16') out.writeUInt16LE(numberToHalf(x), at);
       else {
+        // The upper half of the float32, rounded to nearest even.
         const b = Buffer.alloc(4);
         b.writeFloatLE(x, 0);
-        out.writeUInt16LE(b.readUInt32LE(0) >>> 16, at);
+        const u = b.readUInt32LE(0);
+        out.writeUInt16LE(Number.isNaN(x) ? 0x7fc0 : ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff, at);
       }
       return;
     }
+    if (text.trim() === '') bad('empty');
     let n: bigint;
     try {
       n = BigInt(text.trim());

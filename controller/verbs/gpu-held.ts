@@ -4,24 +4,21 @@
  * milliseconds, at the GPU's own copy speed, with nothing through host
  * memory.
  *
- * Taking one is a migrate's peer hold (engine/peer-hold.ts) that stays
- * where the process is: memory for every chunk in use is allocated on the
- * process's own GPUs (or all on GPU N) before the pause, the shim copies
- * the chunks into it device to device in the pause, and the process runs
- * on. Its fds then go to the snapshot holder (adapters/snapshot-holder.ts),
+ * Taking one: before the pause, one allocation per run of adjacent chunks
+ * in use is made on the process's own GPUs (or all on GPU N) and exported;
+ * in the pause the shim copies the chunks into them device to device
+ * (GPCK_PEER_SNAPSHOT), and the process runs on. Its fds then go to the snapshot holder (adapters/snapshot-holder.ts),
  * a process of its own without a CUDA context, and this controller lets
  * go of its copies; what the snapshot holds (allocations, and which chunk
  * each fd copies) is on file beside the run dir. A rollback takes copies
  * of the fds from the holder, checks the process holds the snapshot's
  * allocations, pauses it, and the shim copies the memory back into those
- * chunks (GPCK_PEER_AT).
+ * chunks (GPCK_PEER_SNAPSHOT with GPCK_PEER_INTO_POOL).
  *
  * A snapshot goes when released, when its process ends, or, oldest first,
  * when an application on its GPU runs out of memory (the shim asks the
  * holder: shim/control/snapshot_reclaim.c).
  */
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { formatBytes, round } from '../base/units.js';
@@ -29,10 +26,11 @@ import { processRunDir, ownRunDir } from '../adapters/run-dir.js';
 import { isAlive, startTime } from '../adapters/processes.js';
 import { ShimSession } from '../adapters/session.js';
 import { SnapshotHolder, type HoldEntry } from '../adapters/snapshot-holder.js';
+import { clearStaleRecords, readRecord, recordsDir, removeRecord, writeRecord, type SnapshotRecord } from '../adapters/snapshot-records.js';
 import { closeAll } from '../engine/peer-hold.js';
 import { resolveGpu } from '../engine/suspend.js';
 import { afterCutRollback, checkAllocations } from './rollback.js';
-import { DEFAULT_LEASE_MS, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun, type StatusReply } from '../../native/index.js';
+import { DEFAULT_LEASE_MS, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun, type StatusReply } from '../../native/index.js';
 
 /** How a GPU-held snapshot is named on the command line: gpu:ID. */
 const PREFIX = 'gpu:';
@@ -48,42 +46,6 @@ function parseName(text: string): bigint {
   const id = text.slice(PREFIX.length);
   if (!/^[1-9][0-9]{0,18}$/.test(id)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not a GPU-held snapshot's name (gpu:ID, as gpuckpt ps lists them)`);
   return BigInt(id);
-}
-
-/** What a snapshot holds, on file at <run dir>/gpu-snapshots/ID.json (the holder keeps only fds). */
-interface SnapshotRecord {
-  id: string;
-  pid: number;
-  startTime: string;
-  createdMs: number;
-  poolBase: string;
-  sliceSize: string;
-  chunkSize: string;
-  allocations: { device: number; addr: string; size: string }[];
-  /** One per GPU the memory is on: its runs of chunks, one allocation (fd) each. */
-  parts: { device: number; uuid: string; runs: { addr: string; chunks: number }[] }[];
-  rawBytes: number;
-  heldBytes: number;
-}
-
-function recordsDir(runDir: string): string {
-  return join(runDir, 'gpu-snapshots');
-}
-
-function writeRecord(runDir: string, r: SnapshotRecord): void {
-  const dir = recordsDir(runDir);
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const path = join(dir, `${r.id}.json`);
-  writeFileSync(`${path}.tmp`, JSON.stringify(r), { mode: 0o600 });
-  renameSync(`${path}.tmp`, path);
-}
-
-function readRecord(runDir: string, id: bigint): SnapshotRecord | undefined {
-  try {
-    return JSON.parse(readFileSync(join(recordsDir(runDir), `${id}.json`), 'utf8')) as SnapshotRecord;
-  } catch {
-    return undefined;
-  }
 }
 
 export interface GpuSnapshotSummary {
@@ -148,6 +110,7 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
   const t0 = performance.now();
   const clock = new PhaseClock();
   const started = startTime(pid);
+  if (!started) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
   const session = await ShimSession.open(pid);
   let fds: number[][] = [];
   let holder: SnapshotHolder | undefined;
@@ -176,11 +139,15 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
       clock.mark('allocate');
       pauseStart = performance.now();
       await session.quiesce(leaseMs);
+      await session.peerRoom().catch(async (e) => {
+        await session.resume();
+        throw e;
+      }); // each copy brings the application up to GPCK_MAX_STAGING_FILES fds
       allocations = await session.listAllocations();
       if (sameRuns(chunkRuns(allocations, poolBase, chunk, uuids.length), runs)) break;
       await session.resume();
       closeAll(fds);
-      if (tries === LAYOUT_TRIES) throw new GpuckptError('SHIM_ERROR', `no snapshot in GPU memory: process ${pid} changed its allocations during each of ${tries} tries; it runs on untouched`);
+      if (tries === LAYOUT_TRIES) throw new GpuckptError('LAYOUT_MISMATCH', `no snapshot in GPU memory: process ${pid} changed its allocations during each of ${tries} tries; it runs on untouched`);
     }
     try {
       const c0 = performance.now();
@@ -194,13 +161,13 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
     const pauseSeconds = (performance.now() - pauseStart) / 1000;
     clock.mark('copy');
     const parts = runs.flatMap((list, device) => (list.length ? [{ device, uuid: to[device]!, fds: fds[device]!, runs: list }] : []));
-    const id = await holder.put(pid, BigInt(started ?? '0'), parts.map((p) => ({ uuid: p.uuid, fds: p.fds, sizes: p.runs.map((r) => r.chunks * Number(chunk)) })));
+    const id = await holder.put(pid, BigInt(started), parts.map((p) => ({ uuid: p.uuid, fds: p.fds, sizes: p.runs.map((r) => r.chunks * Number(chunk)) })));
     const heldBytes = parts.reduce((s, p) => s + p.runs.reduce((n, r) => n + r.chunks, 0), 0) * Number(chunk);
     const rawBytes = allocations.reduce((s, a) => s + Number(a.size), 0);
     const record: SnapshotRecord = {
       id: String(id),
       pid,
-      startTime: started ?? '0',
+      startTime: started,
       createdMs: Date.now(),
       poolBase: String(poolBase),
       sliceSize: String(session.hello.sliceSize),
@@ -287,6 +254,10 @@ export async function restoreFromGpu(name: string, pid: number, opts: { leaseMs?
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS, true);
     try {
       checkAllocations({ allocations }, await session.listAllocations(), pid); // it may have changed since the first look
+      // Each copy brings the application up to GPCK_MAX_STAGING_FILES fds; held mid-rollback it cannot be asked (EPERM), nor need it.
+      await session.peerRoom().catch((e) => {
+        if (isGpuckptError(e, 'OUT_OF_FDS')) throw e;
+      });
     } catch (e) {
       await session.resume().catch(() => undefined); // nothing written yet
       throw e;
@@ -337,22 +308,25 @@ export interface HeldSnapshot {
   complete: boolean;
 }
 
-/** The snapshots the holder of the run dir keeps (none when no holder runs); records of gone ones are cleared. */
+/**
+ * The snapshots the holder of the run dir keeps (none when no holder runs
+ * or it cannot be asked: ps lists processes whatever the holder does).
+ * Records of snapshots it no longer holds are cleared, only from a whole
+ * answer.
+ */
 export async function listGpuSnapshots(runDir: string = ownRunDir()): Promise<HeldSnapshot[]> {
+  let entries: HoldEntry[] | undefined;
   let holder: SnapshotHolder | undefined;
   try {
     holder = SnapshotHolder.connect(runDir);
+    entries = holder ? (await holder.list()).entries : [];
   } catch {
-    holder = undefined; // ps lists processes whatever the holder does
-  }
-  let entries: HoldEntry[] = [];
-  try {
-    if (holder) entries = (await holder.list()).entries;
+    entries = undefined;
   } finally {
     holder?.close();
   }
   const byId = new Map<bigint, HeldSnapshot>();
-  for (const e of entries) {
+  for (const e of entries ?? []) {
     const s = byId.get(e.id) ?? { snapshot: `${PREFIX}${e.id}`, pid: e.pid, gpus: [], bytes: 0, createdMs: e.createdMs, complete: e.complete };
     s.gpus.push({ uuid: e.uuid, bytes: e.bytes });
     s.bytes += e.bytes;
@@ -362,18 +336,8 @@ export async function listGpuSnapshots(runDir: string = ownRunDir()): Promise<He
     const r = readRecord(runDir, id);
     if (r) s.rawBytes = r.rawBytes;
   }
-  clearStaleRecords(runDir, new Set([...byId.keys()].map(String)));
+  if (entries && entries.length < MAX_HOLD_ENTRIES) clearStaleRecords(runDir, new Set([...byId.keys()].map(String)));
   return [...byId.values()].sort((a, b) => a.createdMs - b.createdMs);
-}
-
-function clearStaleRecords(runDir: string, held: Set<string>): void {
-  let names: string[] = [];
-  try {
-    names = readdirSync(recordsDir(runDir));
-  } catch {
-    return;
-  }
-  for (const n of names) if (n.endsWith('.json') && !held.has(n.slice(0, -5))) rmSync(join(recordsDir(runDir), n), { force: true });
 }
 
 export interface ReleaseSummary {
@@ -397,7 +361,7 @@ export async function releaseGpuSnapshots(names: string[], pid?: number): Promis
       const rep = await holder.drop(id, id ? 0 : (pid ?? 0));
       released += rep.count;
       bytes += rep.bytes;
-      if (id) rmSync(join(recordsDir(runDir), `${id}.json`), { force: true });
+      if (id) removeRecord(runDir, id);
     }
     return { released, bytes };
   } finally {

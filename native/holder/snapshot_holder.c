@@ -18,13 +18,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -33,257 +35,14 @@
 
 #include "gpck_wire.h"
 #include "gpuckpt_protocol.h"
-#include "../common/proc_stat.h"
+#include "snapshots.h"
 
 #define MAX_CLIENTS 32
 #define WATCH_MS 500        /* how often ended processes are looked for */
 #define IDLE_EXIT_MS 3000   /* holding nothing and unconnected this long: exit */
 
-struct part {
-    int *fds;
-    uint32_t count, cap;
-    uint64_t bytes; /* of GPU memory behind the fds */
-    uint8_t uuid[16];
-};
-
-struct snapshot {
-    uint64_t id, start_time, created_ms;
-    int32_t pid;
-    bool complete;
-    uint32_t parts;
-    struct part part[GPCK_MAX_DEVICES];
-};
-
-static struct snapshot *snaps;
-static size_t nsnaps, capsnaps;
-static uint64_t next_id = 1;
 static int clients[MAX_CLIENTS];
 static volatile sig_atomic_t stopping;
-
-static uint64_t now_ms(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "gpuckpt-snapshot-holder[%d]: ", (int)getpid());
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-static uint64_t snapshot_bytes(const struct snapshot *s)
-{
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < s->parts; i++)
-        n += s->part[i].bytes;
-    return n;
-}
-
-static struct snapshot *find(uint64_t id)
-{
-    for (size_t i = 0; i < nsnaps; i++)
-        if (snaps[i].id == id)
-            return &snaps[i];
-    return NULL;
-}
-
-/* Closes the snapshot's fds (its memory goes back to its GPUs) and forgets it. */
-static void drop(struct snapshot *s, const char *why)
-{
-    say("let snapshot %llu of process %d go (%llu MiB): %s", (unsigned long long)s->id, (int)s->pid,
-        (unsigned long long)(snapshot_bytes(s) >> 20), why);
-    for (uint32_t i = 0; i < s->parts; i++) {
-        for (uint32_t k = 0; k < s->part[i].count; k++)
-            close(s->part[i].fds[k]);
-        free(s->part[i].fds);
-    }
-    *s = snaps[--nsnaps];
-}
-
-/* ------------------------------------------------------------ messages -- */
-
-struct request {
-    uint16_t type;
-    const void *payload;
-    uint32_t len;
-    int *fds;           /* brought with it; a handler that keeps them sets nfds 0 */
-    uint32_t nfds;
-    void *reply;
-    uint32_t reply_len;
-    const int *send;    /* fds the reply passes */
-    uint32_t nsend;
-};
-
-static const void *payload_of(const struct request *r, size_t size)
-{
-    return r->len == size ? r->payload : NULL;
-}
-
-static int handle_hold_put(struct request *r)
-{
-    const struct gpck_hold_put_req *q = payload_of(r, sizeof(*q));
-    struct gpck_hold_rep *rep = r->reply;
-    if (!q || q->part >= GPCK_MAX_DEVICES)
-        return -EPROTO;
-    struct snapshot *s;
-    if (!q->id) {
-        if (q->part || q->first || !q->start_time)
-            return -EINVAL;
-        if (nsnaps == capsnaps) {
-            size_t cap = capsnaps ? 2 * capsnaps : 8;
-            struct snapshot *grown = realloc(snaps, cap * sizeof(*grown));
-            if (!grown)
-                return -ENOMEM;
-            snaps = grown;
-            capsnaps = cap;
-        }
-        s = &snaps[nsnaps++];
-        *s = (struct snapshot){ .id = next_id++, .start_time = q->start_time, .created_ms = now_ms(CLOCK_REALTIME),
-                                .pid = q->pid };
-    } else if (!(s = find(q->id)) || s->complete || s->pid != q->pid) {
-        return -ENOENT;
-    }
-    /* Parts in order, each from first 0 on. */
-    if (q->part == s->parts && q->first == 0 && s->parts < GPCK_MAX_DEVICES) {
-        s->part[s->parts] = (struct part){ 0 };
-        memcpy(s->part[s->parts].uuid, q->uuid, 16);
-        s->parts++;
-    }
-    struct part *p = &s->part[q->part];
-    if (q->part + 1 != s->parts || q->first != p->count)
-        return -EINVAL;
-    if (p->count + r->nfds > p->cap) {
-        uint32_t cap = p->cap ? p->cap : 64;
-        while (cap < p->count + r->nfds)
-            cap *= 2;
-        int *grown = realloc(p->fds, cap * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        p->fds = grown;
-        p->cap = cap;
-    }
-    memcpy(p->fds + p->count, r->fds, r->nfds * sizeof(int));
-    p->count += r->nfds;
-    p->bytes += q->bytes;
-    r->nfds = 0; /* kept */
-    if (q->flags & GPCK_HOLD_LAST) {
-        s->complete = true;
-        say("holding snapshot %llu of process %d: %llu MiB in %u part(s)", (unsigned long long)s->id, (int)s->pid,
-            (unsigned long long)(snapshot_bytes(s) >> 20), s->parts);
-    }
-    *rep = (struct gpck_hold_rep){ .id = s->id, .bytes = p->bytes, .count = p->count };
-    return 0;
-}
-
-static int handle_hold_list(struct request *r)
-{
-    struct gpck_hold_list_rep *rep = r->reply;
-    uint32_t n = 0;
-    for (size_t i = 0; i < nsnaps; i++)
-        for (uint32_t k = 0; k < snaps[i].parts && n < GPCK_MAX_HOLD_ENTRIES; k++) {
-            const struct snapshot *s = &snaps[i];
-            struct gpck_hold_entry *e = &rep->entries[n++];
-            *e = (struct gpck_hold_entry){ .id = s->id, .bytes = s->part[k].bytes, .created_ms = s->created_ms,
-                                           .pid = s->pid, .part = k, .fds = s->part[k].count, .complete = s->complete };
-            memcpy(e->uuid, s->part[k].uuid, 16);
-        }
-    rep->count = n;
-    rep->holder_pid = (uint32_t)getpid();
-    r->reply_len = (uint32_t)(sizeof(*rep) + n * sizeof(struct gpck_hold_entry));
-    return 0;
-}
-
-static int handle_hold_take(struct request *r)
-{
-    const struct gpck_hold_take_req *q = payload_of(r, sizeof(*q));
-    struct gpck_hold_rep *rep = r->reply;
-    if (!q)
-        return -EPROTO;
-    const struct snapshot *s = find(q->id);
-    if (!s || !s->complete)
-        return -ENOENT;
-    if (q->part >= s->parts || q->first >= s->part[q->part].count || !q->count || q->count > GPCK_MAX_STAGING_FILES ||
-        q->count > s->part[q->part].count - q->first)
-        return -EINVAL;
-    r->send = s->part[q->part].fds + q->first; /* sendmsg passes copies; these stay */
-    r->nsend = q->count;
-    *rep = (struct gpck_hold_rep){ .id = s->id, .count = q->count };
-    return 0;
-}
-
-static int handle_hold_drop(struct request *r)
-{
-    const struct gpck_hold_drop_req *q = payload_of(r, sizeof(*q));
-    struct gpck_hold_rep *rep = r->reply;
-    if (!q)
-        return -EPROTO;
-    *rep = (struct gpck_hold_rep){ .id = q->id };
-    for (size_t i = nsnaps; i-- > 0;) {
-        struct snapshot *s = &snaps[i];
-        if ((q->id && s->id != q->id) || (q->pid && s->pid != q->pid))
-            continue;
-        rep->bytes += snapshot_bytes(s);
-        rep->count++;
-        drop(s, "asked to");
-    }
-    return q->id && !rep->count ? -ENOENT : 0;
-}
-
-static bool on_gpu(const struct snapshot *s, const uint8_t *uuid, uint64_t *bytes)
-{
-    *bytes = 0;
-    for (uint32_t i = 0; i < s->parts; i++)
-        if (!memcmp(s->part[i].uuid, uuid, 16))
-            *bytes += s->part[i].bytes;
-    return *bytes > 0;
-}
-
-static int handle_hold_reclaim(struct request *r)
-{
-    const struct gpck_hold_reclaim_req *q = payload_of(r, sizeof(*q));
-    struct gpck_hold_rep *rep = r->reply;
-    if (!q)
-        return -EPROTO;
-    *rep = (struct gpck_hold_rep){ 0 };
-    while (rep->bytes < q->bytes) {
-        struct snapshot *oldest = NULL;
-        uint64_t there = 0, b;
-        for (size_t i = 0; i < nsnaps; i++)
-            if (snaps[i].complete && on_gpu(&snaps[i], q->uuid, &b) && (!oldest || snaps[i].id < oldest->id)) {
-                oldest = &snaps[i];
-                there = b;
-            }
-        if (!oldest)
-            break;
-        rep->bytes += there;
-        rep->count++;
-        drop(oldest, "an application on its GPU ran out of memory");
-    }
-    return 0;
-}
-
-static int handle(struct request *r)
-{
-    switch (r->type) {
-#define GP_MESSAGE(NAME, name, reply_size, takes_fds)                                                         \
-    case GPCK_##NAME:                                                                                           \
-        if (r->nfds && !(takes_fds))                                                                            \
-            return -EINVAL;                                                                                     \
-        r->reply_len = (reply_size);                                                                            \
-        return handle_##name(r);
-#include "messages.gen.h"
-#undef GP_MESSAGE
-    default:
-        return -EOPNOTSUPP;
-    }
-}
 
 /* ------------------------------------------------------------ transport -- */
 
@@ -307,7 +66,7 @@ static bool serve_one(int fd)
     if (n <= 0)
         return false;
     int fds[GPCK_MAX_STAGING_FILES];
-    struct request r = { .fds = fds, .reply = out };
+    struct request r = { .client = fd, .fds = fds, .reply = out };
     gpck_received_fds(&msg, fds, &r.nfds);
     const struct gpck_header *h = (const void *)in;
     bool ok = !(msg.msg_flags & MSG_TRUNC) && (size_t)n >= sizeof(*h) && h->magic == GPCK_MAGIC &&
@@ -320,7 +79,7 @@ static bool serve_one(int fd)
         r.type = h->type;
         r.payload = in + sizeof(*h);
         r.len = h->payload_len;
-        status = handle(&r);
+        status = holder_handle(&r);
     }
     for (uint32_t i = 0; i < r.nfds; i++)
         close(fds[i]);
@@ -329,31 +88,48 @@ static bool serve_one(int fd)
     return ok && status != -EPROTONOSUPPORT && sent == 0;
 }
 
-static int listen_on(const char *path)
+static bool answers(const struct sockaddr_un *addr)
 {
-    struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    if (strlen(path) >= sizeof(addr.sun_path))
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    bool yes = probe >= 0 && connect(probe, (const struct sockaddr *)addr, sizeof(*addr)) == 0;
+    if (probe >= 0)
+        close(probe);
+    return yes;
+}
+
+/* One holder per socket: the one that holds SOCKET.lock (flock, for its
+ * whole life) owns the path, and a socket file without it is stale. A
+ * holder on its way out still has it: wait for it a little. -EEXIST: a
+ * live holder answers; fd of the lock otherwise. */
+static int take_lock(const char *path, const struct sockaddr_un *addr)
+{
+    char lock[PATH_MAX];
+    if (snprintf(lock, sizeof(lock), "%s.lock", path) >= (int)sizeof(lock))
         return -ENAMETOOLONG;
-    strcpy(addr.sun_path, path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    for (int i = 0; i < 60; i++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        if (errno != EWOULDBLOCK || answers(addr))
+            break;
+        usleep(50000);
+    }
+    int err = errno == EWOULDBLOCK ? (answers(addr) ? -EEXIST : -EBUSY) : -errno;
+    close(fd);
+    return err;
+}
+
+/* Under the lock: the socket, replacing a stale one. */
+static int listen_on(const char *path, const struct sockaddr_un *addr)
+{
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
+    unlink(path);
     mode_t old = umask(077);
-    int rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
-    if (rc < 0 && errno == EADDRINUSE) {
-        /* Another holder answering there keeps the snapshots; a dead one's socket is stale. */
-        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        bool answered = probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-        if (probe >= 0)
-            close(probe);
-        if (answered) {
-            umask(old);
-            close(fd);
-            return -EEXIST;
-        }
-        unlink(path);
-        rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
-    }
+    int rc = bind(fd, (const struct sockaddr *)addr, sizeof(*addr));
     umask(old);
     if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, MAX_CLIENTS) < 0) {
         int err = -errno;
@@ -368,6 +144,9 @@ static void accept_client(int listen_fd)
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
         return;
+    /* A client that stops reading must not stall the others (and every shim's reclaim). */
+    struct timeval tv = { .tv_sec = 1 };
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     struct ucred cred;
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
@@ -382,14 +161,6 @@ static void accept_client(int listen_fd)
         }
     send_reply(fd, 0, 0, -EUSERS, NULL, 0, NULL, 0);
     close(fd);
-}
-
-/* Snapshots of processes that ended (or whose PID now names another) go. */
-static void watch_processes(void)
-{
-    for (size_t i = nsnaps; i-- > 0;)
-        if (gp_proc_start_time(snaps[i].pid) != snaps[i].start_time)
-            drop(&snaps[i], "its process ended");
 }
 
 static void on_signal(int sig)
@@ -414,11 +185,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gpuckpt-snapshot-holder SOCKET\n");
         return 2;
     }
-    int listen_fd = listen_on(argv[1]);
-    if (listen_fd == -EEXIST) {
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    if (strlen(argv[1]) >= sizeof(addr.sun_path)) {
+        printf("failed: the socket path %s is too long\n", argv[1]);
+        return 1;
+    }
+    strcpy(addr.sun_path, argv[1]);
+    int lock = take_lock(argv[1], &addr);
+    if (lock == -EEXIST) {
         printf("running\n");
         return 0;
     }
+    int listen_fd = lock < 0 ? lock : listen_on(argv[1], &addr);
     if (listen_fd < 0) {
         printf("failed: cannot listen on %s: %s\n", argv[1], strerror(-listen_fd));
         return 1;
@@ -438,7 +216,7 @@ int main(int argc, char **argv)
         dup2(devnull, STDOUT_FILENO); /* the starter's pipe is let go */
         close(devnull);
     }
-    uint64_t idle_since = now_ms(CLOCK_MONOTONIC);
+    uint64_t idle_since = holder_now_ms(CLOCK_MONOTONIC);
     while (!stopping) {
         struct pollfd p[MAX_CLIENTS + 1] = { { .fd = listen_fd, .events = POLLIN } };
         int map[MAX_CLIENTS + 1], n = 1;
@@ -452,25 +230,26 @@ int main(int argc, char **argv)
             break;
         for (int k = 1; k < n && rc > 0; k++)
             if (p[k].revents && !serve_one(clients[map[k]])) {
+                holder_drop_unfinished(clients[map[k]]);
                 close(clients[map[k]]);
                 clients[map[k]] = -1;
             }
         if (rc > 0 && p[0].revents)
             accept_client(listen_fd);
-        watch_processes();
+        holder_watch_processes();
         bool connected = false;
         for (int i = 0; i < MAX_CLIENTS; i++)
             connected |= clients[i] >= 0;
-        uint64_t now = now_ms(CLOCK_MONOTONIC);
-        if (nsnaps || connected)
+        uint64_t now = holder_now_ms(CLOCK_MONOTONIC);
+        if (holder_holds_any() || connected)
             idle_since = now;
         else if (now - idle_since >= IDLE_EXIT_MS)
             break;
     }
-    /* The socket goes first: a new holder may start while the memory is let go. */
+    /* The socket and the lock go first: a new holder may start while the memory is let go. */
     unlink(argv[1]);
     close(listen_fd);
-    while (nsnaps)
-        drop(&snaps[nsnaps - 1], stopping ? "the holder was stopped" : "the holder ends");
+    close(lock);
+    holder_drop_all(stopping ? "the holder was stopped" : "the holder ends");
     return 0;
 }

@@ -32,11 +32,11 @@ struct VulkanMapping {
 
   ~VulkanMapping() {
     for (vk::DeviceMemory m : memories) {
-      unmapMemory(device, m);
-      freeMemory(device, m, nullptr);
+      if (unmapMemory) unmapMemory(device, m);
+      if (freeMemory) freeMemory(device, m, nullptr);
     }
-    if (device) destroyDevice(device, nullptr);
-    if (instance) destroyInstance(instance, nullptr);
+    if (device && destroyDevice) destroyDevice(device, nullptr);
+    if (instance && destroyInstance) destroyInstance(instance, nullptr);
   }
 };
 
@@ -145,6 +145,10 @@ bool MapVulkan(const std::vector<int>& fds, size_t bytes, const std::string& uui
   v->unmapMemory = reinterpret_cast<vk::UnmapMemory>(gdpa(v->device, "vkUnmapMemory"));
   auto allocate = reinterpret_cast<vk::AllocateMemory>(gdpa(v->device, "vkAllocateMemory"));
   auto mapMemory = reinterpret_cast<vk::MapMemory>(gdpa(v->device, "vkMapMemory"));
+  if (!v->destroyDevice || !v->freeMemory || !v->unmapMemory || !allocate || !mapMemory) {
+    why = "Vulkan: a device entry point is missing";
+    return false;
+  }
   vk::PhysicalDeviceMemoryProperties mp{};
   memoryProperties(pd, &mp);
   // Device-local and host-visible first, then any host-visible type the import takes.
@@ -153,9 +157,12 @@ bool MapVulkan(const std::vector<int>& fds, size_t bytes, const std::string& uui
     for (uint32_t t = 0; t < mp.memoryTypeCount && t < 32; t++) {
       vk::Flags f = mp.memoryTypes[t].propertyFlags;
       bool local = f & vk::MEMORY_PROPERTY_DEVICE_LOCAL;
-      if ((f & vk::MEMORY_PROPERTY_HOST_VISIBLE) && local == (pass == 0)) types.push_back(t);
+      // Coherent only: nothing here flushes or invalidates mapped ranges.
+      vk::Flags wanted = vk::MEMORY_PROPERTY_HOST_VISIBLE | vk::MEMORY_PROPERTY_HOST_COHERENT;
+      if ((f & wanted) == wanted && local == (pass == 0)) types.push_back(t);
     }
   int chosen = -1;
+  std::vector<uint8_t*> mapped;  // into m only once all are: until then v unmaps them
   for (int fd : fds) {
     void* p = nullptr;
     for (size_t k = 0; k < types.size() && !p; k++) {
@@ -172,6 +179,7 @@ bool MapVulkan(const std::vector<int>& fds, size_t bytes, const std::string& uui
       if ((r = mapMemory(v->device, mem, 0, bytes, 0, &p)) != vk::SUCCESS) {
         v->freeMemory(v->device, mem, nullptr);
         p = nullptr;
+        if (chosen >= 0) break;
         continue;
       }
       v->memories.push_back(mem);
@@ -181,8 +189,9 @@ bool MapVulkan(const std::vector<int>& fds, size_t bytes, const std::string& uui
       why = "Vulkan: the exported memory would not import and map as any host-visible type (" + std::to_string(r) + ")";
       return false;
     }
-    m.chunks.push_back(static_cast<uint8_t*>(p));
+    mapped.push_back(static_cast<uint8_t*>(p));
   }
+  m.chunks = std::move(mapped);
   m.vulkan = std::move(v);
   return true;
 }
@@ -282,6 +291,10 @@ Napi::Value BarRead(const Napi::CallbackInfo& info) {
   if (!m) return env.Undefined();
   uint64_t offset = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value());
   uint64_t length = static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value());
+  if (offset + length < offset || offset + length > m->chunks.size() * m->chunkBytes) {
+    Napi::RangeError::New(env, "beyond the mapped chunks").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   Napi::Buffer<uint8_t> out = Napi::Buffer<uint8_t>::New(env, length);
   bool ok = EachPiece(*m, offset, length, [&](uint8_t* p, uint64_t n, uint64_t at) {
     if (m->vulkan)

@@ -1,7 +1,7 @@
 // The few Vulkan 1.1 declarations the BAR route (bar_map.cc) needs, as the
 // Vulkan specification defines them, so that building the addon needs no
 // Vulkan SDK: libvulkan.so.1 is opened at run time, where it is installed.
-// test/c/vulkan_layout.c checks these layouts against the real headers
+// test/c/vulkan_layout.cc checks these layouts against the real headers
 // (make check-vulkan-layout VULKAN_INCLUDE=...).
 #pragma once
 
@@ -34,6 +34,7 @@ enum StructureType : int32_t {
 
 constexpr Flags MEMORY_PROPERTY_DEVICE_LOCAL = 0x1;
 constexpr Flags MEMORY_PROPERTY_HOST_VISIBLE = 0x2;
+constexpr Flags MEMORY_PROPERTY_HOST_COHERENT = 0x4;
 constexpr uint32_t EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD = 0x1;
 
 struct ApplicationInfo {

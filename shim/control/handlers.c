@@ -19,6 +19,7 @@
 #include "collective_handlers.h"
 #include "framework_hook.h"
 #include "peer_hold.h"
+#include "snapshot_copy.h"
 #include "spare_memory.h"
 
 static struct gp_client *gate_holder;
@@ -773,14 +774,16 @@ static int peer_snapshot(struct gp_client *c, const struct gpck_peer_req *req, s
         return -EBUSY;
     if (!given->count || req->count != given->count)
         return -EINVAL; /* one run per fd */
-    if (in) {
+    bool touched;
+    int err = gp_snapshot_copy((int)req->device, req->runs, given->fds, given->count, !in, &rep->bytes, &touched, cu);
+    /* A rollback is under way from its first copy, not before: one refused
+     * before that (-ESTALE, no memory to map the snapshot) leaves the
+     * application as it was. */
+    if (in && touched) {
         if (suspension == RUNNING || suspension == HALF_RESTORED)
             suspension = ROLLING_BACK;
-        restore_complete = false;
+        restore_complete = !err && (req->flags & GPCK_PEER_COMPLETES);
     }
-    int err = gp_peer_copy_runs((int)req->device, req->runs, given->fds, given->count, !in, &rep->bytes, cu);
-    if (in && !err && (req->flags & GPCK_PEER_COMPLETES))
-        restore_complete = true;
     return err;
 }
 
@@ -893,6 +896,8 @@ static int handle_chunk_export(struct gp_request *r)
         return -EPROTO;
     if (suspension != RUNNING && suspension != ROLLING_BACK)
         return -EBUSY; /* suspended: the pool has no memory to show */
+    if (!gp_pool_config()->exportable)
+        return -EOPNOTSUPP; /* a GPU without POSIX fd handles: chunks made unexportable */
     /* The control thread's alone, and sent before the next request. */
     static struct chunk_export e;
     e.count = 0;

@@ -18,7 +18,6 @@
 #include <stdint.h>
 
 #include "../interpose/cuda_api.h"
-#include "gpuckpt_protocol.h"
 
 /* Room for the fds of a hold of every chunk in use: the application's soft
  * RLIMIT_NOFILE is raised (up to its hard limit) if it is short, and put
@@ -44,13 +43,6 @@ void gp_peer_drop(void);
  * last hold of device; keeps no fd. -ESTALE when the pool's chunks in use
  * are not those the hold had. */
 int gp_peer_copy_in(int device, uint64_t first, const int *fds, uint32_t count, uint64_t *bytes, CUresult *cu_err);
-/* A GPU-held snapshot's copies (GPCK_PEER_SNAPSHOT): fds[i] is one
- * allocation for runs[i].chunks of device's chunks from runs[i].addr on,
- * each of which must hold live allocations (-ESTALE otherwise, with
- * nothing copied). Copies those chunks into the fds (out) or back from
- * them; keeps no fd. */
-int gp_peer_copy_runs(int device, const struct gpck_chunk_run *runs, const int *fds, uint32_t n, bool out,
-                      uint64_t *bytes, CUresult *cu_err);
 /* Maps the memory behind fds where chunks [first, first + count) of the
  * last hold of device lie relative to each other, in a range of its own
  * (first 0 starts over); keeps no fd. Any failure drops device's mirror. */

@@ -23,12 +23,14 @@ static int ask_holder(int fd, const struct gpck_hold_reclaim_req *req, struct gp
         struct gpck_header h;
         struct gpck_hold_reclaim_req q;
     } msg = { { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, GPCK_HOLD_RECLAIM, 1, 0, sizeof(*req), 0 }, *req };
+    _Static_assert(sizeof(msg) == sizeof(struct gpck_header) + sizeof(struct gpck_hold_reclaim_req), "one datagram, no padding");
     if (send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
         return -errno;
     struct {
         struct gpck_header h;
         struct gpck_hold_rep r;
     } in;
+    _Static_assert(sizeof(in) == sizeof(struct gpck_header) + sizeof(struct gpck_hold_rep), "one datagram, no padding");
     ssize_t n = recv(fd, &in, sizeof(in), 0);
     if (n < 0)
         return -errno;

@@ -95,6 +95,22 @@ static void fill_vmm_ops(struct gp_vmm_ops *ops)
     ops->device_can_access_peer = GP_REAL(cuDeviceCanAccessPeer);
 }
 
+/* Every GPU can export memory as a POSIX fd (not so under WSL2 and some
+ * vGPUs, where asking for it would fail every cuMemCreate). */
+static bool posix_fd_handles(void)
+{
+    for (int d = 0; d < device_count; d++) {
+        CUdevice dev;
+        int v = 0;
+        if (GP_REAL(cuDeviceGet)(&dev, d) != CUDA_SUCCESS ||
+            GP_REAL(cuDeviceGetAttribute)(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) !=
+                CUDA_SUCCESS ||
+            !v)
+            return false;
+    }
+    return true;
+}
+
 /* Reserves the pool once. A reservation that fails only because no context
  * exists yet is retried at the first allocation; one placed at another
  * address disables the pool for good (pass-through, loudly). */
@@ -114,6 +130,7 @@ static void try_pool_init(void)
         .retain_bytes = config.retain_bytes,
         .quantum = GP_QUANTUM,
         .device_count = device_count,
+        .exportable = posix_fd_handles(),
     };
     CUresult cu = CUDA_SUCCESS;
     int err = (ops.mem_address_reserve && GP_HAS_REAL(cuMemCreate)) ? gp_pool_init(&pc, &ops, &cu) : -ENOTSUP;

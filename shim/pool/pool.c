@@ -183,8 +183,9 @@ static int map_chunk(struct slice *s, size_t i, CUresult *cu_err)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = s->device;
-    /* Exportable: gpuckpt peek and poke map a chunk into another process. */
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    /* Exportable where every GPU allows it: gpuckpt peek and poke map a chunk into another process. */
+    if (pool.cfg.exportable)
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUmemGenericAllocationHandle handle;
     CUresult r = pool.ops.mem_create(&handle, pool.cfg.chunk_size, &prop, 0);
     if (r != CUDA_SUCCESS)

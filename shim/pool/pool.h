@@ -48,6 +48,7 @@ struct gp_pool_config {
     uint64_t retain_bytes; /* free mapped bytes kept per device for fast reuse */
     uint64_t quantum;      /* minimum alignment/size unit of allocations */
     int device_count;
+    bool exportable;       /* chunks made exportable as POSIX fds (peek and poke map them) */
 };
 
 struct gp_pool_device_usage {
