@@ -7,12 +7,13 @@
  * memory when the application runs out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync, readFileSync, utimesSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, utimesSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { APPS, eventually, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 import { chunkRuns } from '../controller/verbs/gpu-held.js';
-import { holderSocket, SnapshotHolder } from '../controller/adapters/snapshot-holder.js';
+import { holderBinary, holderSocket, SnapshotHolder } from '../controller/adapters/snapshot-holder.js';
 import { startTime } from '../controller/adapters/processes.js';
 import { MessageType, native } from '../native/index.js';
 
@@ -162,6 +163,35 @@ describe('GPU-held snapshots', () => {
     holder.close();
     cli(['release', '--all']);
     await app.quit();
+  });
+
+  it('has one holder per socket: two starting over a stale socket, one serves, the other says so', async () => {
+    const dir = box.path('holders');
+    mkdirSync(dir);
+    const socket = holderSocket(dir);
+    // A socket file nobody listens on: what a holder killed with SIGKILL leaves.
+    const stale = spawnSync('python3', ['-c', `import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(${JSON.stringify(socket)})`]);
+    expect(stale.status).toBe(0);
+    const start = () => {
+      const child = spawn(holderBinary(), [socket], { stdio: ['ignore', 'pipe', 'ignore'] });
+      const said = new Promise<string>((res) => {
+        let out = '';
+        child.stdout!.on('data', (d) => (out += d));
+        child.on('exit', () => res(out.trim()));
+        child.stdout!.on('data', () => out.includes('\n') && res(out.trim()));
+      });
+      return { child, said };
+    };
+    const [a, b] = [start(), start()];
+    const said = [await a.said, await b.said].sort();
+    expect(said).toEqual(['ready', 'running']);
+    const serving = (await a.said) === 'ready' ? a : b;
+    const h = SnapshotHolder.connect(dir)!;
+    expect((await h.list()).holderPid).toBe(serving.child.pid);
+    h.close();
+    serving.child.kill('SIGTERM');
+    await new Promise((r) => serving.child.once('exit', r));
+    expect(existsSync(socket)).toBe(false);
   });
 
   it("lets the oldest snapshot on a GPU go when the application there runs out of memory", async () => {
