@@ -180,6 +180,38 @@ function liveTable(r) {
   ].join('\n');
 }
 
+/** The BAR mapping (peek, poke) against DMA, size by size: the faster of each in bold. */
+function barTable(r) {
+  const g = (k) => r.metrics[k];
+  const t = (k) => {
+    const v = g(k).median;
+    return v < 1e-3 ? `${(v * 1e6).toFixed(1)} µs` : v < 1 ? `${(v * 1e3).toFixed(2)} ms` : `${v.toFixed(2)} s`;
+  };
+  const rate = (k, size) => `${(size / g(k).median / 1e9).toFixed(2)} GB/s`;
+  const pair = (a, b, size) => {
+    const [x, y] = [g(a).median, g(b).median];
+    return [x <= y ? `**${t(a)}** (${rate(a, size)})` : `${t(a)} (${rate(a, size)})`, y < x ? `**${t(b)}** (${rate(b, size)})` : `${t(b)} (${rate(b, size)})`];
+  };
+  const sizes = Object.keys(r.metrics)
+    .map((k) => k.match(/^bar_read_s_([0-9]+)$/)?.[1])
+    .filter(Boolean)
+    .map(Number)
+    .sort((a, b) => a - b);
+  const label = (s) => (s >= 1 << 30 ? `${s / 2 ** 30} GiB` : s >= 1 << 20 ? `${s / 2 ** 20} MiB` : `${s / 1024} KiB`);
+  return [
+    `## ${r.workload}`,
+    '',
+    hostLine(r),
+    '',
+    '| bytes | read, BAR | read, DMA | write, BAR | write, DMA |',
+    '| --- | --- | --- | --- | --- |',
+    ...sizes.map((s) => `| ${label(s)} | ${pair(`bar_read_s_${s}`, `dma_read_s_${s}`, s).join(' | ')} | ${pair(`bar_write_s_${s}`, `dma_write_s_${s}`, s).join(' | ')} |`),
+    '',
+    'BAR: the mapping peek and poke use, timed around the addon call (streaming loads; write-combined stores, fenced). DMA: the copy checkpoint and restore use, as the shim times it, the application paused.',
+    '',
+  ].join('\n');
+}
+
 /** Snapshots in GPU memory beside the host route (the same pool, alternately): the pauses and the whole commands. */
 function heldTable(r) {
   const { g, s, gb } = cells(r);
@@ -272,6 +304,7 @@ function table(name, r) {
   if (name.startsWith('incremental-')) return incrementalTable(r);
   if (name.startsWith('live-')) return liveTable(r);
   if (name.startsWith('held-')) return heldTable(r);
+  if (name === 'bar') return barTable(r);
   const out = [];
   const kind = name;
   out.push(`## ${r.workload}`, '');

@@ -23,7 +23,9 @@
  * in GiB for checkpoint --live under a job rewriting BENCH_LIVE_MIBPS,
  * default 1024, MiB/s; "0": none), BENCH_HELD (default "16": pool sizes in
  * GiB for snapshots held in GPU memory and rolled back, beside the host
- * route; "0": none).
+ * route; "0": none), BENCH_BAR (default 1: reads and writes through the
+ * BAR mapping peek and poke use, against the DMA copies of checkpoints and
+ * restores, 4 KiB to 1 GiB; needs the Vulkan loader).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -136,6 +138,15 @@ export async function runBench(h) {
       save(name, `pool_fill ${gib} GiB: snapshots in GPU memory (checkpoint --gpu-only --to-gpu, restore gpu:ID --into) beside the host route, alternately`, metrics);
       const ms = (k) => (metrics[k] ? `${(1000 * metrics[k].median).toFixed(1)} ms` : '-');
       return `snapshot paused ${ms('snap_pause_seconds')}, rollback ${ms('roll_pause_seconds')}; host route ${ms('host_pause_seconds')} and ${ms('host_roll_pause_seconds')}; onto GPU 1 ${ms('other_snap_pause_seconds')}, back ${ms('other_roll_pause_seconds')}`;
+    });
+  }
+
+  if (env.BENCH_BAR !== '0') {
+    await h.test('bench/bar', async () => {
+      const metrics = await benchBar(h, runs);
+      save('bar', 'pool_fill 2 GiB: reads and writes of one allocation through the BAR (peek, poke) and by DMA (checkpoint, restore --into)', metrics);
+      const us = (k) => `${(1e6 * metrics[k].median).toFixed(1)} µs`;
+      return `4 KiB: BAR read ${us('bar_read_s_4096')} vs DMA ${us('dma_read_s_4096')}, write ${us('bar_write_s_4096')} vs ${us('dma_write_s_4096')}; 1 GiB: read ${metrics['bar_read_s_1073741824'].median.toFixed(3)} s vs ${metrics['dma_read_s_1073741824'].median.toFixed(3)} s`;
     });
   }
 
@@ -327,6 +338,62 @@ async function benchIncremental(h, runs, gib) {
       }
       fs.rmSync(inc, { recursive: true, force: true });
       fs.rmSync(full, { recursive: true, force: true });
+    }
+  });
+}
+
+/** Sizes the BAR is measured at, and how many times each (a 1 GiB read through the BAR takes about 2 s). */
+const BAR_SIZES = [4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1 << 30];
+const barReps = (size, runs) => (size <= 1 << 20 ? 20 * runs : size <= 16 << 20 ? 3 * runs : runs);
+
+/**
+ * One allocation of pool_fill (1 GiB of a 2 GiB pool) read and written at
+ * each size through the BAR mapping peek and poke use (the addon's barRead
+ * and barWrite, timed here) and by the DMA the checkpoint and restore use
+ * (COPY_OUT and COPY_IN into staging, the paused application; the shim's
+ * own copy time). Writes put back the bytes just read, so the data checks.
+ */
+async function benchBar(h, runs) {
+  const { ShimSession } = await import('../../dist/controller/adapters/session.js');
+  const { native } = await import('../../dist/native/index.js');
+  return onPoolFill(h, 2, async (p, pid, add, ready) => {
+    const session = await ShimSession.open(Number(pid));
+    try {
+      const alloc = (await session.listAllocations()).reduce((a, b) => (b.size > a.size ? b : a));
+      const span = Math.min(Number(alloc.size), 1 << 30);
+      const { first, device, fds } = await session.chunkExport(alloc.addr, span);
+      const uuid = (await session.devices())[device].uuid;
+      const mapped = native().barMap(fds, Number(session.hello.chunkSize), uuid);
+      for (const fd of fds) native().closeFd(fd);
+      if ('tried' in mapped) throw new h.Skip(`no route maps GPU memory here: ${mapped.tried.join('; ')}`);
+      const offset = Number(alloc.addr - first);
+      const staging = await session.mapStaging(span, 'shared');
+      try {
+        for (const size of BAR_SIZES.filter((s) => s <= span)) {
+          const range = [{ device, addr: alloc.addr, length: size, stagingOffset: 0 }];
+          for (let i = 0; i < barReps(size, runs); i++) {
+            let t = process.hrtime.bigint();
+            const bytes = native().barRead(mapped.id, offset, size);
+            add(`bar_read_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
+            t = process.hrtime.bigint();
+            native().barWrite(mapped.id, offset, bytes);
+            add(`bar_write_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
+            await session.quiesce(60_000);
+            add(`dma_read_s_${size}`, (await session.copyOut(range)).ns / 1e9);
+            await session.resume();
+            await session.quiesce(60_000, true);
+            add(`dma_write_s_${size}`, (await session.copyIn(range, true)).ns / 1e9);
+            await session.resume();
+          }
+        }
+      } finally {
+        native().barUnmap(mapped.id);
+        await session.unmapStaging().catch(() => undefined);
+      }
+      h.expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'state after the reads and writes');
+      add('route_vulkan', mapped.route === 'vulkan' ? 1 : 0);
+    } finally {
+      session.close();
     }
   });
 }
