@@ -72,11 +72,17 @@ async function streamOf(name: string): Promise<{ src: string; bytes: Buffer }> {
   return { src, bytes };
 }
 
-const receive = async (bytes: Buffer, name: string) => {
+/** A receiver's dirFor: a fresh directory under root; what bound the sender gave goes to said. */
+const into = (name: string, said: { bound?: number } = {}) => async (bound: number | undefined) => {
+  said.bound = bound;
   const dir = join(root, name);
   mkdirSync(dir);
-  await receiveImage(Readable.from([bytes.subarray(0, 1000), bytes.subarray(1000)]), dir);
   return dir;
+};
+
+const receive = async (bytes: Buffer, name: string) => {
+  await receiveImage(Readable.from([bytes.subarray(0, 1000), bytes.subarray(1000)]), into(name));
+  return join(root, name);
 };
 
 describe('the image stream', () => {
@@ -91,17 +97,23 @@ describe('the image stream', () => {
     const piece = Buffer.alloc(8 << 20);
     for (let i = 0; i < 25; i++) writeSync(fd, piece.fill(i), 0, piece.length, i * piece.length);
     closeSync(fd);
-    const stream = await collect((sink) => sendImage(sink, () => dir, Promise.resolve(), () => []));
-    const into = join(root, 'big-received');
-    mkdirSync(into);
-    expect((await receiveImage(Readable.from([stream]), into)).files).toBe(1);
-    expect(readFileSync(join(into, 'pool.zst')).equals(readFileSync(join(dir, 'pool.zst')))).toBe(true);
+    const stream = await collect((sink) => sendImage(sink, () => dir, Promise.resolve(), () => [], 300 << 20));
+    const said: { bound?: number } = {};
+    expect((await receiveImage(Readable.from([stream]), into('big-received', said))).files).toBe(1);
+    expect(said.bound).toBe(300 << 20); // the receiver knew how much at most, before any of it came
+    expect(readFileSync(join(root, 'big-received', 'pool.zst')).equals(readFileSync(join(dir, 'pool.zst')))).toBe(true);
   });
 
   it('carries a tree whose file is still written, identical', async () => {
     const { src, bytes } = await streamOf('send');
     const dir = await receive(bytes, 'got');
     expect(tree(dir)).toEqual(tree(src));
+    // A version 1 stream (no bound in its header) from an older gpuckpt is still read.
+    const v1 = Buffer.concat([Buffer.from('GPCKSTRM'), Buffer.from([1, 0, 0, 0]), bytes.subarray(20)]);
+    const said: { bound?: number } = { bound: -1 };
+    await receiveImage(Readable.from([v1]), into('got-v1', said));
+    expect(said.bound).toBeUndefined();
+    expect(tree(join(root, 'got-v1'))).toEqual(tree(src));
   });
 
   it('refuses a flipped byte, a lost record, a cut, a path out of the image and bytes after the end', async () => {
@@ -120,10 +132,10 @@ describe('the image stream', () => {
   });
 });
 
-/** Offsets of the records of a stream (after its 12-byte header). */
+/** Offsets of the records of a stream (after its 20-byte header). */
 function records(bytes: Buffer): { at: number; end: number; nameAt: number; nameLength: number }[] {
   const out = [];
-  for (let at = 12; at < bytes.length; ) {
+  for (let at = 20; at < bytes.length; ) {
     const nameLength = bytes.readUInt16LE(at + 1);
     const length = bytes.readUInt32LE(at + 3);
     const end = at + 19 + nameLength + length;

@@ -1,13 +1,18 @@
 /**
  * The image stream's layout (stream.ts says what it is for): a header,
- * then records. Record: kind u8, path length u16, payload length u32,
+ * then records. Header: magic, version u32, and (version 2 on) at most
+ * the image's bytes u64 (0: not known), so that a receiver chooses where
+ * the image fits before any of it arrives. Record: kind u8, path length u16, payload length u32,
  * offset u64 (DATA: where the payload goes in the file), CRC-32 of the
  * payload u32, path (UTF-8, relative to the image), payload. Files are
  * made 0600 and directories 0700, as images are.
  */
 export const MAGIC = Buffer.from('GPCKSTRM');
-export const VERSION = 1;
-export const HEADER_BYTES = MAGIC.length + 4;
+export const VERSION = 2;
+/** The oldest version read: 1, without the bound. */
+export const OLDEST_VERSION = 1;
+export const HEADER_BYTES = MAGIC.length + 4 + 8;
+export const V1_HEADER_BYTES = MAGIC.length + 4;
 export const RECORD_BYTES = 1 + 2 + 4 + 8 + 4;
 /** Bytes of file data per record. */
 export const CHUNK = 4 << 20;

@@ -20,6 +20,8 @@ export interface SenderData {
   file: boolean;
   /** Written bytes of each followed file, by slot (BigInt64Array over a SharedArrayBuffer). */
   written: SharedArrayBuffer;
+  /** At most the image's bytes, for the header (0: not known). */
+  bound: number;
 }
 
 export type SenderMessage = { op: 'follow'; slot: number; path: string; fd: number } | { op: 'finish'; dir: string } | { op: 'cancel' };
@@ -51,6 +53,7 @@ class Sender {
       const head = Buffer.alloc(HEADER_BYTES);
       MAGIC.copy(head);
       head.writeUInt32LE(VERSION, MAGIC.length);
+      head.writeBigUInt64LE(BigInt(Math.max(0, Math.round(this.sink.bound))), MAGIC.length + 4);
       this.write(head);
     }
     const name = Buffer.from(path);

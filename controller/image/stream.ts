@@ -19,7 +19,7 @@ import { Worker } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
 import { GpuckptError, type ErrorCode } from '../base/errors.js';
 import type { ImageWriter } from './writer.js';
-import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, RECORD_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
+import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, OLDEST_VERSION, RECORD_BYTES, V1_HEADER_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
 import type { SenderData, SenderMessage, SenderReply } from './stream-sender.js';
 
 export type { StreamSummary } from './stream-format.js';
@@ -48,10 +48,10 @@ const MAX_FOLLOWED = 256;
  * dir once it is the complete image, the followed files from where they
  * were left. A failed checkpoint fails the stream: no end record.
  */
-export async function sendImage(sink: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[]): Promise<StreamSummary> {
+export async function sendImage(sink: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[], bound = 0): Promise<StreamSummary> {
   const written = new SharedArrayBuffer(8 * MAX_FOLLOWED);
   const counters = new BigInt64Array(written);
-  const worker = new Worker(new URL('./stream-sender.js', import.meta.url), { workerData: { fd: sink.fd, file: sink.file, written } satisfies SenderData });
+  const worker = new Worker(new URL('./stream-sender.js', import.meta.url), { workerData: { fd: sink.fd, file: sink.file, written, bound } satisfies SenderData });
   const result = new Promise<StreamSummary>((res, rej) => {
     worker.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
     worker.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
@@ -159,15 +159,19 @@ function safePath(path: string, at: number): string {
 }
 
 /**
- * Receives a stream into dir (which must exist, empty), checking every
- * record; resolves only once the end record proved the image whole.
+ * Receives a stream into the directory dirFor gives (an empty one that
+ * exists; bound: at most the image's bytes, as the sender said, else
+ * undefined), checking every record; resolves only once the end record
+ * proved the image whole.
  */
-export async function receiveImage(input: Readable, dir: string): Promise<StreamSummary> {
+export async function receiveImage(input: Readable, dirFor: (bound: number | undefined) => Promise<string>): Promise<StreamSummary> {
   const r = new Reader(input);
-  const head = await r.read(HEADER_BYTES, 'the header');
+  const head = await r.read(V1_HEADER_BYTES, 'the header');
   if (!head.subarray(0, MAGIC.length).equals(MAGIC)) throw new GpuckptError('IMAGE_NOT_AN_IMAGE', 'not a gpuckpt image stream (no GPCKSTRM header): made by checkpoint -o - or --export');
   const version = head.readUInt32LE(MAGIC.length);
-  if (version !== VERSION) throw new GpuckptError('IMAGE_VERSION', `image stream version ${version}; this gpuckpt reads version ${VERSION}`);
+  if (version < OLDEST_VERSION || version > VERSION) throw new GpuckptError('IMAGE_VERSION', `image stream version ${version}; this gpuckpt reads versions ${OLDEST_VERSION} to ${VERSION}`);
+  const bound = version >= 2 ? Number((await r.read(HEADER_BYTES - V1_HEADER_BYTES, 'the header')).readBigUInt64LE(0)) : 0;
+  const dir = await dirFor(bound || undefined);
   const fds = new Map<string, number>();
   const sizes: Record<string, number> = {};
   // Payloads are written in the thread pool while the next are read and checked.

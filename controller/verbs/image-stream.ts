@@ -128,7 +128,7 @@ export async function checkpointStreamed<S extends object>(
   const done = make(dir, { onWriter });
   let kept: string | undefined;
   try {
-    const stream = await sendImage(fd === undefined ? { fd: 1, file: false } : { fd, file: true }, () => dir, done, () => follow);
+    const stream = await sendImage(fd === undefined ? { fd: 1, file: false } : { fd, file: true }, () => dir, done, () => follow, bytes);
     const summary = await done;
     if (fd !== undefined) {
       fsyncSync(fd);
@@ -176,16 +176,22 @@ export async function restoreStreamed<S extends object>(from: string, restore: (
   const file = from === STDIO ? undefined : resolve(from);
   if (!file && process.stdin.isTTY) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
   if (file && !existsSync(file)) throw new GpuckptError('IMAGE_MISSING', `${file} does not exist`);
-  const dir = file ? await passingDirIn(passingParent(statSync(file).size), 'gpuckpt-import') : await passingDirIn(tmpdir(), 'gpuckpt-stream');
-  mkdirSync(dir, { mode: 0o700 });
-  const gone = () => rmSync(dir, { recursive: true, force: true });
+  let dir: string | undefined;
+  const gone = () => dir && rmSync(dir, { recursive: true, force: true });
+  // A file's size is known; a pipe's sender says at most how much comes (0: not known, TMPDIR).
+  const dirFor = async (bound: number | undefined) => {
+    const size = file ? statSync(file).size : bound;
+    dir = await passingDirIn(size === undefined ? tmpdir() : passingParent(size), file ? 'gpuckpt-import' : 'gpuckpt-stream');
+    mkdirSync(dir, { mode: 0o700 });
+    return dir;
+  };
   try {
     // A file in large reads (the default 64 KiB cut records into many
     // pieces); standard input as node reads it (fd 0 may be non-blocking).
     const input: Readable = file ? createReadStream(file, { highWaterMark: 8 << 20 }) : process.stdin;
-    const stream = await receiveImage(input, dir);
+    const stream = await receiveImage(input, dirFor);
     const received = round((performance.now() - t0) / 1000);
-    const summary = await restore(dir, gone);
+    const summary = await restore(dir!, gone);
     return { ...summary, stream: { ...stream, seconds: received, ...(file ? { from: file } : {}) } };
   } finally {
     gone();
