@@ -102,3 +102,27 @@ export function refuseOtherChip(imageGpus: string[], targetName: string | undefi
   if (taken && want && taken !== want)
     throw new GpuckptError('OTHER_CHIP', `the image was taken on ${taken}; this GPU is ${want}: restore it on the same chip type`);
 }
+
+/** What a GPU keeps free beside a copy made on it while the application runs on (and allocates). */
+const SPARE_SHARE = 0.05;
+const SPARE_MIN = 2n << 30n;
+
+/**
+ * Why the GPUs lack room for a copy of the pool's chunks in use, ordinal i's
+ * onto GPU to[i], with 5 % of each GPU (at least 2 GiB) to spare; undefined
+ * when they have it, or NVML cannot say (the allocation itself will). what:
+ * the copy, in the reason.
+ */
+export function whyNoRoomForCopy(status: StatusReply, to: string[], chunk: bigint, what: string): string | undefined {
+  const free = native().gpuMemory();
+  const want = new Map<string, bigint>();
+  status.devices.forEach((d, i) => d.chunksInUse && want.set(to[i]!, (want.get(to[i]!) ?? 0n) + BigInt(d.chunksInUse) * chunk));
+  for (const [uuid, bytes] of want) {
+    const gpu = free?.find((g) => g.uuid.toLowerCase() === uuid.toLowerCase());
+    if (!gpu) continue;
+    const share = BigInt(Math.round(Number(gpu.total) * SPARE_SHARE));
+    const keep = share > SPARE_MIN ? share : SPARE_MIN;
+    if (gpu.free < bytes + keep) return `GPU ${gpu.uuid} has ${formatBytes(gpu.free)} free, not room for ${what} of ${formatBytes(bytes)} and ${formatBytes(keep)} to spare`;
+  }
+  return undefined;
+}

@@ -32,7 +32,7 @@ import { criuDump, type Criu } from '../adapters/criu.js';
 import { driverState, driverThaw } from '../adapters/driver-checkpoint.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
-import { measureGpuNeeds, writeGpuNeeds, type GpuNeed } from './gpu-room.js';
+import { measureGpuNeeds, whyNoRoomForCopy, writeGpuNeeds, type GpuNeed } from './gpu-room.js';
 import { describeHeld, type HeldLayout } from './held-memory.js';
 import { DIGEST_BLOCK } from '../image/format.js';
 import { tempDirName } from '../image/temp-dirs.js';
@@ -40,12 +40,8 @@ import { closeAll, holdOnGpus, inBatches } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { ShimSession } from '../adapters/session.js';
 import { defaultHoldDir, freezeOrResume, resumeHalfSuspended, resumeProcess } from './suspend.js';
-import { formatBytes, round } from '../base/units.js';
-import { native, PoolState, type StatusReply } from '../../native/index.js';
-
-/** What a GPU keeps free beside the copy: the application allocates on while it is made. */
-const SPARE_SHARE = 0.05;
-const SPARE_MIN = 2n << 30n;
+import { round } from '../base/units.js';
+import { PoolState, type StatusReply } from '../../native/index.js';
 
 /** The copy on the GPU once the shim has let it go: where to describe it (the image's working directory) should it be handed back. */
 interface HeldCopy {
@@ -69,16 +65,7 @@ export interface LeftRunning {
 function whyNot(status: StatusReply, uuids: string[], chunk: bigint): string | undefined {
   if (status.poolState !== PoolState.ACTIVE) return 'the pool is not running';
   if (!status.devices.some((d) => d.chunksInUse > 0)) return 'the pool is empty';
-  const free = native().gpuMemory();
-  for (const [i, d] of status.devices.entries()) {
-    const gpu = free?.find((g) => g.uuid.toLowerCase() === uuids[i]?.toLowerCase());
-    if (!gpu || !d.chunksInUse) continue;
-    const copy = BigInt(d.chunksInUse) * chunk;
-    const spare = BigInt(Math.round(Number(gpu.total) * SPARE_SHARE));
-    const keep = spare > SPARE_MIN ? spare : SPARE_MIN;
-    if (gpu.free < copy + keep) return `GPU ${gpu.uuid} has ${formatBytes(gpu.free)} free, not room for a copy of ${formatBytes(copy)} and ${formatBytes(keep)} to spare`;
-  }
-  return undefined;
+  return whyNoRoomForCopy(status, uuids, chunk, 'a copy');
 }
 
 /**

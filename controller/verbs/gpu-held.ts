@@ -21,22 +21,20 @@
  */
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
-import { formatBytes, round } from '../base/units.js';
+import { round } from '../base/units.js';
 import { processRunDir, ownRunDir } from '../adapters/run-dir.js';
 import { isAlive, startTime } from '../adapters/processes.js';
 import { ShimSession } from '../adapters/session.js';
 import { SnapshotHolder, type HoldEntry } from '../adapters/snapshot-holder.js';
 import { clearStaleRecords, readRecord, recordsDir, removeRecord, writeRecord, type SnapshotRecord } from '../adapters/snapshot-records.js';
 import { closeAll } from '../engine/peer-hold.js';
+import { whyNoRoomForCopy } from '../engine/gpu-room.js';
 import { resolveGpu } from '../engine/suspend.js';
 import { afterCutRollback, checkAllocations } from './rollback.js';
-import { DEFAULT_LEASE_MS, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun, type StatusReply } from '../../native/index.js';
+import { DEFAULT_LEASE_MS, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun } from '../../native/index.js';
 
 /** How a GPU-held snapshot is named on the command line: gpu:ID. */
 const PREFIX = 'gpu:';
-/** What a GPU keeps free beside a snapshot: the application allocates on while it is made. */
-const SPARE_SHARE = 0.05;
-const SPARE_MIN = 1n << 30n;
 
 export function isGpuSnapshotName(text: string): boolean {
   return text.startsWith(PREFIX);
@@ -62,21 +60,6 @@ export interface GpuSnapshotSummary {
   copyGBps: number;
   seconds: number;
   phases: Phases;
-}
-
-/** Why the GPUs lack room for the copies (and a margin the application may still want), or undefined. */
-function whyNoRoom(status: StatusReply, to: string[], chunk: bigint): string | undefined {
-  const free = native().gpuMemory();
-  const want = new Map<string, bigint>();
-  status.devices.forEach((d, i) => d.chunksInUse && want.set(to[i]!, (want.get(to[i]!) ?? 0n) + BigInt(d.chunksInUse) * chunk));
-  for (const [uuid, bytes] of want) {
-    const gpu = free?.find((g) => g.uuid.toLowerCase() === uuid.toLowerCase());
-    if (!gpu) continue; // NVML cannot say: the allocation itself will
-    const share = BigInt(Math.round(Number(gpu.total) * SPARE_SHARE));
-    const keep = share > SPARE_MIN ? share : SPARE_MIN;
-    if (gpu.free < bytes + keep) return `GPU ${uuid} has ${formatBytes(gpu.free)} free, not room for a snapshot of ${formatBytes(bytes)} and ${formatBytes(keep)} to spare`;
-  }
-  return undefined;
 }
 
 /**
@@ -122,7 +105,7 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
     const uuids = (await session.devices()).map((d) => d.uuid);
     const to = uuids.map((u) => (opts.gpu === undefined ? u : resolveGpu(opts.gpu).uuid));
     const { chunkSize: chunk, poolBase } = session.hello;
-    const noRoom = whyNoRoom(status, to, chunk);
+    const noRoom = whyNoRoomForCopy(status, to, chunk, 'a snapshot');
     if (noRoom) throw new GpuckptError('TARGET_NO_MEMORY', `no snapshot in GPU memory: ${noRoom}; process ${pid} runs on untouched (gpuckpt checkpoint --gpu-only -o DIR keeps one in host memory and on disk)`);
     const runDir = processRunDir(pid) ?? ownRunDir();
     holder = await SnapshotHolder.connectOrStart(runDir);
