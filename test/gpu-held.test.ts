@@ -17,12 +17,6 @@ import { holderBinary, holderSocket, SnapshotHolder } from '../controller/adapte
 import { startTime } from '../controller/adapters/processes.js';
 import { MessageType, native } from '../native/index.js';
 
-/** Polls an async condition for about two seconds. */
-async function eventually2(cond: () => Promise<boolean>): Promise<boolean> {
-  for (let i = 0; i < 100; i++) if (await cond()) return true;
-  else await new Promise((r) => setTimeout(r, 20));
-  return cond();
-}
 
 const box = new Sandbox();
 const env = { FAKE_CUDA_DEVICES: '2' };
@@ -159,7 +153,7 @@ describe('GPU-held snapshots', () => {
     const listed = async () => (await holder.list()).entries.filter((e) => e.id === put.id);
     expect(await listed()).toMatchObject([{ complete: false, bytes: 1 << 20 }]);
     raw.close(); // the checkpoint is gone before its last part
-    expect(await eventually2(async () => (await listed()).length === 0)).toBe(true);
+    expect(await eventually(async () => (await listed()).length === 0)).toBe(true);
     holder.close();
     cli(['release', '--all']);
     await app.quit();

@@ -15,7 +15,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runningStartTime, startTime } from './processes.js';
+import { firstLine, runningStartTime, startTime } from './processes.js';
 import { holdBaseDir } from './run-dir.js';
 import { packageRoot } from '../../native/index.js';
 
@@ -62,16 +62,7 @@ export function startDriverKeeper(appPid: number): DriverKeeper | undefined {
     return undefined;
   }
   child.on('error', () => undefined); // a failed spawn reads as never ready
-  const ready = new Promise<boolean>((resolve) => {
-    let out = '';
-    child.stdout!.setEncoding('utf8');
-    child.stdout!.on('data', (d: string) => {
-      out += d;
-      if (out.includes('\n')) resolve(out.startsWith('ready\n'));
-    });
-    child.once('error', () => resolve(false));
-    child.once('exit', () => resolve(false));
-  });
+  const ready = firstLine(child).then((line) => line === 'ready');
   const letGo = () => {
     child.stdout?.destroy();
     child.unref();

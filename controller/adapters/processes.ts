@@ -1,4 +1,5 @@
-/** Facts about other processes, read from /proc. */
+/** Facts about other processes, read from /proc; and the first word of a helper we start. */
+import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { GpuckptError } from '../base/errors.js';
 
@@ -143,4 +144,23 @@ export async function waitAsForeground<T>(done: Promise<T>, pid: number): Promis
   } finally {
     process.off('SIGINT', ignore).off('SIGQUIT', ignore).off('SIGTERM', onTerm).off('SIGHUP', onHup);
   }
+}
+
+/**
+ * The first line a helper program we started writes on its stdout (the
+ * driver keeper's and the snapshot holder's word on starting: "ready"),
+ * or "failed: ..." saying how it ended without one.
+ */
+export function firstLine(child: ChildProcess): Promise<string> {
+  return new Promise((resolve) => {
+    let out = '';
+    child.stdout!.setEncoding('utf8');
+    child.stdout!.on('data', (d: string) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.slice(0, out.indexOf('\n')));
+    });
+    child.once('error', (e) => resolve(`failed: ${e.message}`));
+    // 'close', not 'exit': by then what it wrote has been read.
+    child.once('close', (code, signal) => resolve(`failed: it ended (${signal ?? `status ${code}`}) without a word`));
+  });
 }

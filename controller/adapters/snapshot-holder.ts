@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { firstLine } from './processes.js';
 import { ownRunDir } from './run-dir.js';
 import { HoldFlag, MAX_STAGING_FILES, MessageType, native, packageRoot, type HoldEntry, type HoldListReply, type HoldReply, type NativeError, type NativeSession } from '../../native/index.js';
 
@@ -142,28 +143,15 @@ async function launch(runDir: string, socket: string): Promise<void> {
   let said: string;
   try {
     const child = spawn(binary, [socket], { detached: true, stdio: ['ignore', 'pipe', log], cwd: '/' });
-    said = await new Promise<string>((resolve) => {
-      let out = '';
-      const timer = setTimeout(() => {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<string>((resolve) => {
+      timer = setTimeout(() => {
         child.kill('SIGKILL');
-        resolve(out || `no answer in ${START_WAIT_MS / 1000} s`);
+        resolve(`no answer in ${START_WAIT_MS / 1000} s`);
       }, START_WAIT_MS);
-      child.on('exit', (code, signal) => {
-        clearTimeout(timer);
-        resolve(out.split('\n')[0] || `failed: it exited (${signal ?? `status ${code}`}) without a word`);
-      });
-      child.stdout!.on('data', (d: Buffer) => {
-        out += d.toString();
-        if (out.includes('\n')) {
-          clearTimeout(timer);
-          resolve(out.split('\n')[0]!);
-        }
-      });
-      child.on('error', (e) => {
-        clearTimeout(timer);
-        resolve(`failed: ${e.message}`);
-      });
     });
+    said = await Promise.race([firstLine(child), late]);
+    clearTimeout(timer);
     child.stdout!.destroy();
     child.unref();
   } finally {

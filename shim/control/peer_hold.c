@@ -105,12 +105,6 @@ int gp_peer_make_room(void)
     return 0;
 }
 
-static int cu_errno(CUresult r, CUresult *cu_err)
-{
-    *cu_err = r;
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-}
-
 static void drop_slice(struct held_slice *h)
 {
     for (size_t i = 0; i < h->filled; i++)
@@ -293,7 +287,7 @@ static int copy_chunks(int device, const uint64_t *addrs, const int *fds, size_t
     if (scratch)
         GP_REAL(cuMemAddressFree)(scratch, n * cs);
     free(handles);
-    return r == CUDA_SUCCESS ? 0 : cu_errno(r, cu_err);
+    return r == CUDA_SUCCESS ? 0 : gp_cu_errno(r, cu_err);
 }
 
 int gp_peer_hold(int device, uint64_t first, const int *fds, uint32_t count, uint64_t *bytes, uint64_t *chunks_held,
@@ -350,7 +344,7 @@ static int chunk_from_held(int device, size_t k, uint64_t addr, CUmemGenericAllo
     CUresult r = GP_CALL(cuMemImportFromShareableHandle, handle, (void *)(intptr_t)h->fds[k],
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (r != CUDA_SUCCESS)
-        return cu_errno(r, cu_err);
+        return gp_cu_errno(r, cu_err);
     r = GP_REAL(cuMemGetAllocationPropertiesFromHandle)(&prop, *handle);
     if (r == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == device)
         return 0; /* on the chunk's own GPU: mapped where it is */
@@ -471,7 +465,7 @@ int gp_peer_mirror(int device, uint64_t first, const int *fds, uint32_t count, u
         if (r != CUDA_SUCCESS) {
             free(m->handles);
             *m = (struct mirror_slice){ 0 };
-            return cu_errno(r, cu_err);
+            return gp_cu_errno(r, cu_err);
         }
     }
     size_t mapped;
@@ -482,7 +476,7 @@ int gp_peer_mirror(int device, uint64_t first, const int *fds, uint32_t count, u
         r = GP_CALL(cuMemSetAccess, place_of(m->base, l->addrs + first, l->addrs[0], i), cs, &access, 1);
     if (r != CUDA_SUCCESS) {
         mirror_drop(device);
-        return cu_errno(r, cu_err);
+        return gp_cu_errno(r, cu_err);
     }
     *bytes = count * cs;
     return 0;

@@ -10,39 +10,6 @@
 #include "../interpose/real_driver.h"
 #include "../pool/pool.h"
 
-static int cu_errno(CUresult r, CUresult *cu_err)
-{
-    *cu_err = r;
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Every chunk of the runs holds live allocations on device now. */
-static int runs_in_use(int device, const struct gpck_chunk_run *runs, uint32_t n)
-{
-    uint64_t cs = gp_pool_config()->chunk_size;
-    size_t count = gp_pool_chunks_in_use(device, NULL, 0);
-    uint64_t *now = malloc((count ? count : 1) * sizeof(*now));
-    if (!now)
-        return -ENOMEM;
-    size_t listed = gp_pool_chunks_in_use(device, now, count); /* address order */
-    count = listed < count ? listed : count;
-    int err = 0;
-    for (uint32_t i = 0; !err && i < n; i++)
-        for (uint64_t k = 0; !err && k < runs[i].chunks; k++) {
-            uint64_t addr = runs[i].addr + k * cs;
-            if (!bsearch(&addr, now, count, sizeof(*now), cmp_u64))
-                err = -ESTALE;
-        }
-    free(now);
-    return err;
-}
-
 int gp_snapshot_copy(int device, const struct gpck_chunk_run *runs, const int *fds, uint32_t n, bool out,
                       uint64_t *bytes, bool *touched, CUresult *cu_err)
 {
@@ -55,11 +22,11 @@ int gp_snapshot_copy(int device, const struct gpck_chunk_run *runs, const int *f
     for (uint32_t i = 0; i < n; i++) {
         if (!runs[i].chunks || runs[i].chunks > cfg->slice_size / cs)
             return -EINVAL;
+        if (!gp_pool_chunks_used(device, runs[i].addr, runs[i].chunks))
+            return -ESTALE; /* not the chunks the snapshot copies */
         total += runs[i].chunks * cs;
     }
-    int err = runs_in_use(device, runs, n);
-    if (!err)
-        err = gp_contexts_use_primary(device, cu_err);
+    int err = gp_contexts_use_primary(device, cu_err);
     CUmemGenericAllocationHandle *handles = err ? NULL : calloc(n, sizeof(*handles));
     if (!err && !handles)
         err = -ENOMEM;
@@ -106,7 +73,7 @@ int gp_snapshot_copy(int device, const struct gpck_chunk_run *runs, const int *f
         GP_REAL(cuMemAddressFree)(scratch, total);
     free(handles);
     if (r != CUDA_SUCCESS)
-        return cu_errno(r, cu_err);
+        return gp_cu_errno(r, cu_err);
     *bytes = total;
     return 0;
 }

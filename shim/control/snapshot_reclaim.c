@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "gpck_wire.h"
 #include "gpuckpt_protocol.h"
 #include "../interpose/real_driver.h"
 #include "../interpose/shim.h"
@@ -19,13 +20,9 @@
 
 static int ask_holder(int fd, const struct gpck_hold_reclaim_req *req, struct gpck_hold_rep *rep)
 {
-    struct {
-        struct gpck_header h;
-        struct gpck_hold_reclaim_req q;
-    } msg = { { GPCK_MAGIC, GPCK_PROTOCOL_VERSION, GPCK_HOLD_RECLAIM, 1, 0, sizeof(*req), 0 }, *req };
-    _Static_assert(sizeof(msg) == sizeof(struct gpck_header) + sizeof(struct gpck_hold_reclaim_req), "one datagram, no padding");
-    if (send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
-        return -errno;
+    int err = gpck_send(fd, GPCK_HOLD_RECLAIM, 1, 0, 0, req, sizeof(*req), NULL, 0);
+    if (err)
+        return err;
     struct {
         struct gpck_header h;
         struct gpck_hold_rep r;

@@ -6,6 +6,7 @@
 #ifndef GPUCKPT_DRIVER_ERROR_H
 #define GPUCKPT_DRIVER_ERROR_H
 
+#include <errno.h>
 #include <stddef.h>
 
 #include "cuda_api.h"
@@ -25,5 +26,12 @@ void gp_failure_note(const char *text);
  * buf (NUL-terminated), or the text of gp_failure_note; its length, 0
  * when nothing is recorded. */
 size_t gp_driver_error_text(char *buf, size_t len);
+/* A failed driver call as the control side answers it: r into *cu_err,
+ * -ENOMEM when the GPU is out of memory, else -EIO. */
+static inline int gp_cu_errno(CUresult r, CUresult *cu_err)
+{
+    *cu_err = r;
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
 
 #endif

@@ -523,6 +523,25 @@ size_t gp_pool_chunks_in_use(int device, uint64_t *addrs, size_t max)
     return n;
 }
 
+bool gp_pool_chunks_used(int device, uint64_t addr, uint64_t count)
+{
+    if (!gp_pool_active() || device < 0 || device >= pool.cfg.device_count)
+        return false;
+    struct slice *s = &pool.slices[device];
+    uint64_t cs = pool.cfg.chunk_size;
+    if (addr < s->base || (addr - s->base) % cs || !count)
+        return false;
+    uint64_t first = (addr - s->base) / cs;
+    if (first >= s->chunk_count || count > s->chunk_count - first)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    bool used = true;
+    for (uint64_t i = first; used && i < first + count; i++)
+        used = s->chunks[i].used > 0;
+    pthread_mutex_unlock(&s->lock);
+    return used;
+}
+
 uint64_t gp_pool_free_mapped(int device)
 {
     struct gp_pool_device_usage u;

@@ -113,6 +113,9 @@ int gp_pool_remap_all_from(gp_chunk_source source, void *arg, uint64_t *bytes_ma
 /* The chunks of device holding live allocations, in address order: their
  * addresses go to addrs (at most max). Returns how many there are. */
 size_t gp_pool_chunks_in_use(int device, uint64_t *addrs, size_t max);
+/* Whether the count chunks of device from addr on (a chunk's address)
+ * all hold live allocations. */
+bool gp_pool_chunks_used(int device, uint64_t addr, uint64_t count);
 /* Free physical bytes the pool holds mapped on device (allocatable at once). */
 uint64_t gp_pool_free_mapped(int device);
 

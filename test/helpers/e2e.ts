@@ -36,8 +36,8 @@ export function lazyFreeKiB(pid: number): number {
 }
 
 /** Polls until cond() holds or about two seconds have passed; its last value. */
-export async function eventually(cond: () => boolean): Promise<boolean> {
-  for (let i = 0; i < 100 && !cond(); i++) await new Promise((r) => setTimeout(r, 20));
+export async function eventually(cond: () => boolean | Promise<boolean>): Promise<boolean> {
+  for (let i = 0; i < 100 && !(await cond()); i++) await new Promise((r) => setTimeout(r, 20));
   return cond();
 }
 
