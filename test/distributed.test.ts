@@ -138,6 +138,8 @@ describe('a job of two ranks', () => {
     // The fake CRIU stops the tree; the real one ends it.
     const dumped = json(readFileSync(join(box.path('c'), 'criu', 'fake-criu.json'), 'utf8'));
     expect(dumped.tree.map(Number).sort()).toEqual([job.pid, ...job.ranks()].sort());
+    // Its restore makes the communicators again.
+    expect(json(readFileSync(join(box.path('c'), 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ nccl: true });
     endJob(job);
   });
 });

@@ -69,6 +69,7 @@ describe('whole-process checkpoint', () => {
       shellJob: true,
       tree: [app.pid],
       members: [app.pid],
+      nccl: false, // its restore asks nothing of a job that may end at once
       externalStdio: [0, 1, 2].map((fd) => ({ fd, resource: expect.stringMatching(/^socket:\[\d+\]$/) })),
     });
     const external = info.externalStdio.flatMap((s: { resource: string }) => ['--external', `unix[${s.resource.slice(8, -1)}]`]);

@@ -40,6 +40,8 @@ export interface ProcessInfo {
   externalStdio?: ExternalStdio[];
   /** Options criu restore needs as the dump had them (dump-plan.ts restoreArgs). */
   restoreArgs?: string[];
+  /** Whether the job ran NCCL, whose communicators are made again after the restore. Images before it: unknown, asked. */
+  nccl?: boolean;
 }
 
 export function writeProcessInfo(criuDir: string, info: ProcessInfo): void {

@@ -104,6 +104,7 @@ export async function checkpointProcess(
     terminal: plan.terminal,
     externalStdio: plan.externalStdio,
     ...(plan.restoreArgs.length ? { restoreArgs: plan.restoreArgs } : {}),
+    nccl: comms.length > 0,
   };
   const notes: string[] = [];
   // Its workers start while CRIU dumps; whoever made it closes it.
@@ -351,7 +352,8 @@ export async function restoreProcess(
     }
     const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
     clock.mark('resume');
-    const nccl = await rebuildJob(members);
+    // Asked only of a job that ran NCCL: a job without it may end before a hello.
+    const nccl = info.nccl === false ? undefined : await rebuildJob(members);
     clock.mark('nccl');
     if (nccl) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${nccl}`);
     const seconds = (performance.now() - t0) / 1000;

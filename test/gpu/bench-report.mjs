@@ -181,6 +181,13 @@ function liveTable(r) {
 }
 
 /** The BAR mapping (peek, poke) against DMA, size by size: the faster of each in bold. */
+const scatteredSizes = (r) =>
+  Object.keys(r.metrics)
+    .map((k) => k.match(/^scattered_bar_write_s_([0-9]+)$/)?.[1])
+    .filter(Boolean)
+    .map(Number)
+    .sort((a, b) => a - b);
+
 function barTable(r) {
   const g = (k) => r.metrics[k];
   const t = (k) => {
@@ -203,11 +210,19 @@ function barTable(r) {
     '',
     hostLine(r),
     '',
-    '| bytes | read, BAR | read, DMA | write, BAR | write, DMA |',
-    '| --- | --- | --- | --- | --- |',
-    ...sizes.map((s) => `| ${label(s)} | ${pair(`bar_read_s_${s}`, `dma_read_s_${s}`, s).join(' | ')} | ${pair(`bar_write_s_${s}`, `dma_write_s_${s}`, s).join(' | ')} |`),
+    '| bytes | read, BAR | read, DMA | read, DMA with its pause | write, BAR | write, DMA |',
+    '| --- | --- | --- | --- | --- | --- |',
+    ...sizes.map((s) => `| ${label(s)} | ${pair(`bar_read_s_${s}`, `dma_read_s_${s}`, s).join(' | ')} | ${g(`dma_paused_read_s_${s}`) ? `${t(`dma_paused_read_s_${s}`)}` : '—'} | ${pair(`bar_write_s_${s}`, `dma_write_s_${s}`, s).join(' | ')} |`),
     '',
-    'BAR: the mapping peek and poke use, timed around the addon call (streaming loads; write-combined stores, fenced). DMA: the copy checkpoint and restore use, as the shim times it, the application paused.',
+    ...(sizes.length && g(`scattered_bar_write_s_4096`)
+      ? [
+          '| 64 pieces spread over 1 GiB | read, BAR (a call each) | read, DMA (one batch) | write, BAR (a call each) | write, DMA (one batch) |',
+          '| --- | --- | --- | --- | --- |',
+          ...scatteredSizes(r).map((s) => `| 64 × ${label(s)} | ${pair(`scattered_bar_read_s_${s}`, `scattered_dma_read_s_${s}`, 64 * s).join(' | ')} | ${pair(`scattered_bar_write_s_${s}`, `scattered_dma_write_s_${s}`, 64 * s).join(' | ')} |`),
+          '',
+        ]
+      : []),
+    'BAR: the mapping peek and poke use, timed around the addon call (streaming loads; write-combined stores, fenced). DMA: the copy checkpoint and restore use, as the shim times it, the application paused. With its pause: what a DMA read from outside the process costs, the pause included (quiesce, copy, resume); a read through the BAR (peek) does not pause the application at all.',
     '',
   ].join('\n');
 }
@@ -409,6 +424,15 @@ function headline() {
     const ms = (k) => (1000 * m[k].median).toFixed(1);
     out.push(`| 16 GiB pool: snapshot in GPU memory, application pause | **${ms('snap_pause_seconds')} ms** | host route ${ms('host_pause_seconds')} ms (gpuckpt) | ${(m.host_pause_seconds.median / m.snap_pause_seconds.median).toFixed(1)}× shorter | ${where} |`);
     out.push(`| 16 GiB pool: rollback from GPU memory, application pause | **${ms('roll_pause_seconds')} ms** | host route ${ms('host_roll_pause_seconds')} ms (gpuckpt) | ${(m.host_roll_pause_seconds.median / m.roll_pause_seconds.median).toFixed(1)}× shorter | ${where} |`);
+  }
+  const bar = results.bar;
+  if (bar?.metrics.dma_paused_read_s_4096) {
+    const m = bar.metrics;
+    const where = `${bar.gpus}× ${bar.gpu.replace('NVIDIA ', '')}, ${bar.date}`;
+    const us = (k) => (1e6 * m[k].median).toFixed(1);
+    out.push(`| peek 4 KiB through the BAR, application not paused | **${us('bar_read_s_4096')} µs** | DMA from outside, its pause included ${us('dma_paused_read_s_4096')} µs (gpuckpt) | ${(m.dma_paused_read_s_4096.median / m.bar_read_s_4096.median).toFixed(1)}× | ${where} |`);
+    if (m.scattered_bar_write_s_4096)
+      out.push(`| 64 scattered 4 KiB writes (poke), application paused | **${us('scattered_bar_write_s_4096')} µs** BAR | one DMA batch ${us('scattered_dma_write_s_4096')} µs (gpuckpt) | ${(m.scattered_dma_write_s_4096.median / m.scattered_bar_write_s_4096.median).toFixed(1)}× | ${where} |`);
   }
   const shim = results.shim;
   if (shim) {

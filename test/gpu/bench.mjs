@@ -344,6 +344,9 @@ async function benchIncremental(h, runs, gib) {
 
 /** Sizes the BAR is measured at, and how many times each (a 1 GiB read through the BAR takes about 2 s). */
 const BAR_SIZES = [4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1 << 30];
+/** Pieces of a scattered write (an image's blocks are 256 KiB, DIGEST_BLOCK). */
+const SCATTERED_PIECES = 64;
+const SCATTERED_SIZES = [4096, 256 << 10];
 const barReps = (size, runs) => (size <= 1 << 20 ? 20 * runs : size <= 16 << 20 ? 3 * runs : runs);
 
 /**
@@ -351,7 +354,9 @@ const barReps = (size, runs) => (size <= 1 << 20 ? 20 * runs : size <= 16 << 20 
  * each size through the BAR mapping peek and poke use (the addon's barRead
  * and barWrite, timed here) and by the DMA the checkpoint and restore use
  * (COPY_OUT and COPY_IN into staging, the paused application; the shim's
- * own copy time). Writes put back the bytes just read, so the data checks.
+ * own copy time); then 64 pieces spread over it, one call each through the
+ * BAR against one batch by DMA. Writes put back the bytes just read, so the
+ * data checks.
  */
 async function benchBar(h, runs) {
   const { ShimSession } = await import('../../dist/controller/adapters/session.js');
@@ -378,11 +383,35 @@ async function benchBar(h, runs) {
             t = process.hrtime.bigint();
             native().barWrite(mapped.id, offset, bytes);
             add(`bar_write_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
+            // A DMA read from outside the process pauses it (peek does not): the pause timed whole too.
+            t = process.hrtime.bigint();
             await session.quiesce(60_000);
             add(`dma_read_s_${size}`, (await session.copyOut(range)).ns / 1e9);
             await session.resume();
+            add(`dma_paused_read_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
             await session.quiesce(60_000, true);
             add(`dma_write_s_${size}`, (await session.copyIn(range, true)).ns / 1e9);
+            await session.resume();
+          }
+        }
+        // Scattered pieces, as an incremental image or a rollback of a few
+        // blocks would write them: the BAR a call per piece, DMA one batch.
+        for (const size of SCATTERED_SIZES) {
+          const stride = Math.floor(span / SCATTERED_PIECES / size) * size;
+          const pieces = Array.from({ length: SCATTERED_PIECES }, (_, i) => i * stride);
+          const ranges = pieces.map((at, i) => ({ device, addr: alloc.addr + BigInt(at), length: size, stagingOffset: i * size }));
+          for (let i = 0; i < 10 * runs; i++) {
+            let t = process.hrtime.bigint();
+            const bytes = pieces.map((at) => native().barRead(mapped.id, offset + at, size));
+            add(`scattered_bar_read_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
+            t = process.hrtime.bigint();
+            pieces.forEach((at, k) => native().barWrite(mapped.id, offset + at, bytes[k]));
+            add(`scattered_bar_write_s_${size}`, Number(process.hrtime.bigint() - t) / 1e9);
+            await session.quiesce(60_000);
+            add(`scattered_dma_read_s_${size}`, (await session.copyOut(ranges)).ns / 1e9);
+            await session.resume();
+            await session.quiesce(60_000, true);
+            add(`scattered_dma_write_s_${size}`, (await session.copyIn(ranges, true)).ns / 1e9);
             await session.resume();
           }
         }

@@ -45,12 +45,17 @@ export async function runStream(h) {
         await back('--import');
         fs.rmSync(file, { force: true });
 
-        const cmd = `${sh(GPUCKPT)} checkpoint ${pid} --gpu-only -o - | ${sh(GPUCKPT)} restore - --into ${pid}`;
+        const cmd = `${sh(GPUCKPT)} checkpoint ${pid} --gpu-only -o - | ${sh(GPUCKPT)} restore - --into ${pid} --json`;
+        let received;
         const pipe = await timed(async () => {
           const r = spawnSync('bash', ['-o', 'pipefail', '-c', cmd], { encoding: 'utf8', env: withoutTmpdir, timeout: 300_000 });
           if (r.status !== 0) throw failure(`checkpoint -o - | restore -: ${(r.stderr || '').trim().split('\n').at(-1)}`);
+          received = JSON.parse(r.stdout);
         });
         add('pipe_s', pipe);
+        // Where the pipe's time goes: the stream received whole (the sender done), then the restore from it.
+        add('pipe_received_s', received.stream.seconds);
+        add('pipe_restore_s', received.seconds);
         await back('piped');
       }
     } finally {
