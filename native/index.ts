@@ -38,6 +38,8 @@ interface NativeModule {
   closeFd(fd: number): void;
   /** O_NONBLOCK cleared (blocking) or set on fd; whether it was blocking before. */
   setBlocking(fd: number, blocking: boolean): boolean;
+  /** fd's pipe buffer raised to the most a user may give (1 MiB by default); its size after, 0 for no pipe. */
+  growPipe(fd: number): number;
   /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };

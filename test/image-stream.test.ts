@@ -55,6 +55,16 @@ describe('an image streamed', () => {
     const i = cli(['restore', '--import', file, '--into', String(app.pid)], { TMPDIR: tmp });
     expect(i.code).toBe(0);
     expect(sameBuffers((await app.command('state')).buffers, mutated)).toBe(true);
+    // Standard input as a file (`< FILE`) and as node's pipe to a child (a socket).
+    for (const how of ['file', 'socket']) {
+      await app.command('mutate');
+      const args = ['restore', '-', '--into', String(app.pid)];
+      const opts = { env: box.env({ ...env, TMPDIR: tmp }), encoding: 'utf8' as const, timeout: 60_000 };
+      const r = how === 'file' ? spawnSync('bash', ['-c', `"$0" "$@" <'${file}'`, BIN, ...args], opts) : spawnSync(BIN, args, { ...opts, input: readFileSync(file) });
+      expect(r.stderr, how).toMatch(/streamed .* in [\d.]+ s/);
+      expect(r.status, how).toBe(0);
+      expect(sameBuffers((await app.command('state')).buffers, mutated), how).toBe(true);
+    }
     expect(readdirSync(tmp)).toEqual([]);
     expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
   });

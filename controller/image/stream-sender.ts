@@ -124,6 +124,7 @@ try {
 } catch {
   // not ours to change: EAGAIN is waited out in write()
 }
+if (!data.file) native().growPipe(data.fd);
 const written = new BigInt64Array(data.written);
 const s = new Sender(data);
 const followed: { slot: number; path: string; fd: number; at: number }[] = [];

@@ -11,8 +11,8 @@
  * written (a pool image's frames are sent as they reach the disk), so a
  * stream costs little beyond the image; the layout is stream-format.ts's.
  */
-import { closeSync, mkdirSync, openSync, write } from 'node:fs';
-import { promisify } from 'node:util';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { isAbsolute, join, normalize, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
@@ -21,6 +21,7 @@ import { GpuckptError, type ErrorCode } from '../base/errors.js';
 import type { ImageWriter } from './writer.js';
 import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, OLDEST_VERSION, RECORD_BYTES, V1_HEADER_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
 import type { SenderData, SenderMessage, SenderReply } from './stream-sender.js';
+import type { ReceivedRecord, ReceiverReply } from './stream-receiver.js';
 
 export type { StreamSummary } from './stream-format.js';
 
@@ -174,8 +175,8 @@ export async function receiveImage(input: Readable, dirFor: (bound: number | und
   const dir = await dirFor(bound || undefined);
   const fds = new Map<string, number>();
   const sizes: Record<string, number> = {};
-  // Payloads are written in the thread pool while the next are read and checked.
-  const writes = new WriteQueue(WRITES_IN_FLIGHT);
+  // Payloads are checked and written by workers while the next are read.
+  const writes = new ReceiverPool(receiverWorkers());
   let dataRecords = 0;
   let dataBytes = 0;
   try {
@@ -190,7 +191,8 @@ export async function receiveImage(input: Readable, dirFor: (bound: number | und
       if (length > MAX_PAYLOAD || !Number.isSafeInteger(offset)) throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: the record at byte ${at} is malformed`);
       const name = (await r.read(nameLength, `the record at byte ${at}`)).toString();
       const payload = await r.read(length, `the record at byte ${at}`);
-      if (crc32(payload) !== crc) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name || 'end'}) fails its CRC-32`);
+      // A data record's CRC is checked by the worker that writes it.
+      if (kind !== Kind.DATA && crc32(payload) !== crc) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name || 'end'}) fails its CRC-32`);
       if (kind === Kind.END) {
         await writes.drain();
         const end = JSON.parse(payload.toString()) as EndSummary;
@@ -209,52 +211,89 @@ export async function receiveImage(input: Readable, dirFor: (bound: number | und
       } else if (kind === Kind.DATA) {
         const fd = fds.get(path);
         if (fd === undefined) throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: data for ${path} before the file (byte ${at})`);
-        await writes.add(fd, payload, offset);
-        sizes[path] = Math.max(sizes[path]!, offset + payload.length);
+        sizes[path] = Math.max(sizes[path]!, offset + length);
         dataRecords++;
-        dataBytes += payload.length;
+        dataBytes += length;
+        await writes.add(fd, payload, offset, crc, at, path); // the payload is the worker's now
       } else throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: record kind ${kind} at byte ${at}`);
     }
   } finally {
     await writes.drain().catch(() => undefined);
+    await writes.close();
     for (const fd of fds.values()) closeSync(fd);
   }
 }
 
-/** Writes received payloads being made at once: enough to keep a disk's queue full. */
-const WRITES_IN_FLIGHT = 8;
+/** Records being checked and written at once, per worker: 4 MiB each. */
+const RECORDS_PER_WORKER = 2;
 
-/** Positional writes in the thread pool, at most `most` at once; the first failure is thrown by add or drain. */
-class WriteQueue {
-  private readonly inFlight = new Set<Promise<void>>();
+/**
+ * Data records checked (CRC-32) and written by worker threads
+ * (stream-receiver.ts), at most RECORDS_PER_WORKER each at once; the
+ * first failure is thrown by add or drain.
+ */
+class ReceiverPool {
+  private readonly workers: Worker[];
+  private readonly pending = new Map<number, { at: number; name: string }>();
+  private readonly load: number[];
+  private seq = 0;
   private failure: unknown;
+  private room?: () => void;
 
-  constructor(private readonly most: number) {}
+  constructor(count: number) {
+    this.workers = Array.from({ length: count }, () => new Worker(new URL('./stream-receiver.js', import.meta.url)));
+    this.load = this.workers.map(() => 0);
+    this.workers.forEach((w, i) => {
+      w.on('message', (r: ReceiverReply) => this.settled(i, r));
+      w.on('error', (e) => this.fail(new GpuckptError('INTERNAL', `stream receiver failed: ${e.message}`, { cause: e })));
+    });
+  }
 
-  async add(fd: number, data: Buffer, offset: number): Promise<void> {
-    while (this.inFlight.size >= this.most) await Promise.race(this.inFlight);
-    if (this.failure) throw this.failure;
-    const p = writeAll(fd, data, offset).then(
-      () => void this.inFlight.delete(p),
-      (e: unknown) => {
-        this.failure ??= e;
-        this.inFlight.delete(p);
-      },
-    );
-    this.inFlight.add(p);
+  /** Hands the record at stream byte at to the least busy worker, once one has room. */
+  async add(fd: number, payload: Buffer, offset: number, crc: number, at: number, name: string): Promise<void> {
+    for (;;) {
+      if (this.failure) throw this.failure;
+      if (Math.min(...this.load) < RECORDS_PER_WORKER) break;
+      await new Promise<void>((r) => (this.room = r));
+    }
+    const i = this.load.indexOf(Math.min(...this.load));
+    // Moved, not copied, where the payload is a buffer of its own.
+    const own = payload.byteOffset === 0 && payload.buffer.byteLength === payload.length ? payload : new Uint8Array(payload);
+    const seq = this.seq++;
+    this.load[i]!++;
+    this.pending.set(seq, { at, name });
+    this.workers[i]!.postMessage({ seq, fd, offset, crc, payload: own } satisfies ReceivedRecord, [own.buffer as ArrayBuffer]);
   }
 
   async drain(): Promise<void> {
-    await Promise.all(this.inFlight);
+    while (this.pending.size && !this.failure) await new Promise<void>((r) => (this.room = r));
     if (this.failure) throw this.failure;
   }
-}
 
-async function writeAll(fd: number, data: Buffer, offset: number): Promise<void> {
-  for (let done = 0; done < data.length; ) {
-    const { bytesWritten } = await writeAt(fd, data, done, data.length - done, offset + done);
-    done += bytesWritten;
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+
+  private settled(worker: number, r: ReceiverReply): void {
+    const rec = this.pending.get(r.seq)!;
+    this.pending.delete(r.seq);
+    this.load[worker]!--;
+    if ('corrupt' in r) this.fail(new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${rec.at} (${rec.name}) fails its CRC-32`));
+    else if ('error' in r) this.fail(Object.assign(new Error(r.error.message), { code: r.error.code }));
+    this.wake();
+  }
+
+  private fail(e: unknown): void {
+    this.failure ??= e;
+    this.wake();
+  }
+
+  private wake(): void {
+    const r = this.room;
+    this.room = undefined;
+    r?.();
   }
 }
 
-const writeAt = promisify(write);
+/** Workers checking and writing: the cores beside the reading thread, at most 4 (about 1 GB/s each). */
+const receiverWorkers = () => Math.max(1, Math.min(4, availableParallelism() - 1));

@@ -11,6 +11,7 @@ Napi::Value MapFiles(const Napi::CallbackInfo& info);
 Napi::Value UnmapFiles(const Napi::CallbackInfo& info);
 Napi::Value CloseFd(const Napi::CallbackInfo& info);
 Napi::Value SetBlocking(const Napi::CallbackInfo& info);
+Napi::Value GrowPipe(const Napi::CallbackInfo& info);
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info);
 
 }  // namespace gpuckpt
