@@ -5,6 +5,7 @@
 #define GPCK_WIRE_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,15 @@ static inline int gpck_send(int fd, uint16_t type, uint32_t seq, int32_t status,
         memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     }
     return sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* Whether n bytes received into in (msg their recvmsg) are one whole
+ * request: the magic, a payload length that matches, not a reply. */
+static inline bool gpck_request_well_formed(const struct msghdr *msg, ssize_t n, const void *in)
+{
+    const struct gpck_header *h = in;
+    return !(msg->msg_flags & MSG_TRUNC) && n >= (ssize_t)sizeof(*h) && h->magic == GPCK_MAGIC &&
+           h->payload_len == (size_t)n - sizeof(*h) && !(h->type & GPCK_REPLY);
 }
 
 /* The fds a received message brought (SCM_RIGHTS) into fds[*count...]: at

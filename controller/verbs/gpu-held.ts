@@ -30,7 +30,7 @@ import { clearStaleRecords, readRecord, recordsDir, removeRecord, writeRecord, t
 import { closeAll } from '../engine/peer-hold.js';
 import { whyNoRoomForCopy } from '../engine/gpu-room.js';
 import { resolveGpu } from '../engine/suspend.js';
-import { afterCutRollback, checkAllocations } from './rollback.js';
+import { afterCutRollback, checkAllocations, checkPoolLayout } from './rollback.js';
 import { DEFAULT_LEASE_MS, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun } from '../../native/index.js';
 
 /** How a GPU-held snapshot is named on the command line: gpu:ID. */
@@ -228,8 +228,7 @@ export async function restoreFromGpu(name: string, pid: number, opts: { leaseMs?
     const entries = (await holder.list()).entries.filter((e) => e.id === id && e.complete);
     if (entries.length !== record.parts.length) throw new GpuckptError('IMAGE_MISSING', gone);
     session = await ShimSession.open(pid);
-    if (String(session.hello.poolBase) !== record.poolBase || String(session.hello.sliceSize) !== record.sliceSize || String(session.hello.chunkSize) !== record.chunkSize)
-      throw new GpuckptError('LAYOUT_MISMATCH', `process ${pid}'s pool is laid out otherwise than when snapshot ${name} was taken`);
+    checkPoolLayout({ base: BigInt(record.poolBase), sliceSize: BigInt(record.sliceSize), chunkSize: BigInt(record.chunkSize) }, session.hello, pid, `snapshot ${name}`);
     const allocations = record.allocations.map((a) => ({ device: a.device, addr: BigInt(a.addr), size: BigInt(a.size) }));
     checkAllocations({ allocations }, await session.listAllocations(), pid);
     for (const [part, p] of record.parts.entries()) fds.push(await holder.take(id, part, p.runs.length));

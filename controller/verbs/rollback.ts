@@ -42,7 +42,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
   try {
     const m = reader.manifest;
     session = await ShimSession.open(pid);
-    checkPoolLayout(m, session.hello, pid);
+    checkPoolLayout(m.pool, session.hello, pid);
     checkAllocations(m, await session.listAllocations(), pid);
     loader = await PoolLoader.prepare(session, reader, opts);
 
@@ -103,13 +103,19 @@ export async function afterCutRollback(pid: number, image: string): Promise<stri
   }
 }
 
-export function checkPoolLayout(m: Manifest, hello: HelloReply, pid: number): void {
-  const mismatch = (what: string, image: string, proc: string): never => {
-    throw new GpuckptError('LAYOUT_MISMATCH', `image pool layout does not match process ${pid}: ${what} is ${image} in the image, ${proc} in the process`);
+/**
+ * The pool the data was taken from (an image's, a held snapshot's: named
+ * by what) must be laid out as the process's: same base, same size per
+ * device, no device it lacks, and where known the same chunk size.
+ */
+export function checkPoolLayout(pool: { base: bigint; sliceSize: bigint; deviceCount?: number; chunkSize?: bigint }, hello: HelloReply, pid: number, what = 'image'): void {
+  const mismatch = (field: string, theirs: string, proc: string): never => {
+    throw new GpuckptError('LAYOUT_MISMATCH', `${what} pool layout does not match process ${pid}: ${field} is ${theirs} in the ${what}, ${proc} in the process`);
   };
-  if (m.pool.base !== hello.poolBase) mismatch('pool base', hex(m.pool.base), hex(hello.poolBase));
-  if (m.pool.sliceSize !== hello.sliceSize) mismatch('per-device pool size', formatBytes(m.pool.sliceSize), formatBytes(hello.sliceSize));
-  if (m.pool.deviceCount > hello.deviceCount) mismatch('device count', String(m.pool.deviceCount), String(hello.deviceCount));
+  if (pool.base !== hello.poolBase) mismatch('pool base', hex(pool.base), hex(hello.poolBase));
+  if (pool.sliceSize !== hello.sliceSize) mismatch('per-device pool size', formatBytes(pool.sliceSize), formatBytes(hello.sliceSize));
+  if (pool.deviceCount !== undefined && pool.deviceCount > hello.deviceCount) mismatch('device count', String(pool.deviceCount), String(hello.deviceCount));
+  if (pool.chunkSize !== undefined && pool.chunkSize !== hello.chunkSize) mismatch('chunk size', formatBytes(pool.chunkSize), formatBytes(hello.chunkSize));
 }
 
 /** The process must hold exactly the image's allocations: same devices, addresses, sizes. */

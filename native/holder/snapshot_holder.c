@@ -69,8 +69,7 @@ static bool serve_one(int fd)
     struct request r = { .client = fd, .fds = fds, .reply = out };
     gpck_received_fds(&msg, fds, &r.nfds);
     const struct gpck_header *h = (const void *)in;
-    bool ok = !(msg.msg_flags & MSG_TRUNC) && (size_t)n >= sizeof(*h) && h->magic == GPCK_MAGIC &&
-              h->payload_len == (size_t)n - sizeof(*h) && !(h->type & GPCK_REPLY);
+    bool ok = gpck_request_well_formed(&msg, n, in);
     int status = !ok                                      ? -EPROTO
                  : h->version != GPCK_PROTOCOL_VERSION    ? -EPROTONOSUPPORT
                  : (msg.msg_flags & MSG_CTRUNC)           ? -EMFILE

@@ -164,8 +164,7 @@ static void serve_one(struct gp_client *c, uint8_t *in, uint8_t *out)
     take_fds(&msg, &given);
     c->last_message_ns = gp_now_ns();
     const struct gpck_header *h = (const void *)in;
-    if ((msg.msg_flags & MSG_TRUNC) || (size_t)n < sizeof(*h) || h->magic != GPCK_MAGIC ||
-        h->payload_len != (size_t)n - sizeof(*h) || (h->type & GPCK_REPLY)) {
+    if (!gpck_request_well_formed(&msg, n, in)) {
         /* Said a few times, not once per message: a peer sending garbage
          * must not flood the application's stderr either. */
         static unsigned malformed;
