@@ -104,6 +104,22 @@ describe('the image stream', () => {
     expect(readFileSync(join(root, 'big-received', 'pool.zst')).equals(readFileSync(join(dir, 'pool.zst')))).toBe(true);
   });
 
+  it('fails, naming the file, when a followed file is shorter than its writer said', async () => {
+    const src = join(root, 'short');
+    mkdirSync(src);
+    writeFileSync(join(src, 'pool.zst'), Buffer.alloc(5 << 20, 1));
+    const fd = openSync(join(src, 'pool.zst'), 'r');
+    const writer = { writtenPrefix: BigInt(12 << 20) } as unknown as ImageWriter;
+    try {
+      await expect(collect((sink) => sendImage(sink, () => src, new Promise((r) => setTimeout(r, 50)), () => [{ path: 'pool.zst', writer, fd }]))).rejects.toMatchObject({
+        code: 'IMAGE_READ_FAILED',
+        message: `cannot stream pool.zst: it ends at ${5 << 20}, before ${12 << 20}`,
+      });
+    } finally {
+      closeSync(fd);
+    }
+  });
+
   it('carries a tree whose file is still written, identical', async () => {
     const { src, bytes } = await streamOf('send');
     const dir = await receive(bytes, 'got');

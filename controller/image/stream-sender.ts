@@ -6,12 +6,14 @@
  * thread posts the files to follow and how far each is written (shared
  * counters), then `finish` with the complete image's directory.
  */
-import { closeSync, fstatSync, openSync, readdirSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readdirSync, writeSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, Worker, workerData } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
 import { GpuckptError } from '../base/errors.js';
 import { native } from '../../native/index.js';
+import type { ChunkReply, ChunkRequest } from './stream-chunk-reader.js';
 import { CHUNK, HEADER_BYTES, Kind, MAGIC, RECORD_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
 
 export interface SenderData {
@@ -31,6 +33,47 @@ export type SenderReply = { done: StreamSummary } | { error: { code: string; mes
 const WRITEBACK_EVERY = 64 << 20;
 const pause = new Int32Array(new SharedArrayBuffer(4));
 
+/**
+ * Worker threads that read and checksum pieces of the image's files
+ * (stream-chunk-reader.ts), one per core beside this thread and the
+ * checkpoint's, at most 3; ahead: pieces asked at once.
+ */
+class ChunkReaders {
+  private readonly workers: Worker[];
+  private readonly waiting = new Map<number, { resolve: (c: { bytes: number; crc: number; data: Uint8Array }) => void; reject: (e: Error) => void }>();
+  private id = 0;
+  readonly ahead: number;
+
+  constructor(count: number) {
+    this.workers = Array.from({ length: count }, () => new Worker(new URL('./stream-chunk-reader.js', import.meta.url)));
+    this.ahead = 2 * count;
+    for (const w of this.workers) {
+      w.on('message', (r: ChunkReply) => {
+        const p = this.waiting.get(r.id)!;
+        this.waiting.delete(r.id);
+        if ('error' in r) p.reject(new GpuckptError('IMAGE_READ_FAILED', `cannot stream the image: ${r.error}`));
+        else p.resolve(r);
+      });
+      w.on('error', (e) => {
+        for (const p of this.waiting.values()) p.reject(new GpuckptError('INTERNAL', `stream chunk reader failed: ${e.message}`));
+        this.waiting.clear();
+      });
+    }
+  }
+
+  read(fd: number, at: number, length: number): Promise<{ bytes: number; crc: number; data: Uint8Array }> {
+    const id = this.id++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.workers[id % this.workers.length]!.postMessage({ id, fd, at, length } satisfies ChunkRequest);
+    });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
 class Sender {
   private readonly files: Record<string, number> = {};
   private dataRecords = 0;
@@ -46,7 +89,8 @@ class Sender {
     return Object.keys(this.files).length;
   }
 
-  record(kind: Kind, path: string, offset: number, payload: Uint8Array = new Uint8Array(0)): void {
+  /** crc: the payload's CRC-32 where a chunk reader computed it. */
+  record(kind: Kind, path: string, offset: number, payload: Uint8Array = new Uint8Array(0), crc = crc32(payload)): void {
     // The header with the first record: a checkpoint refused before its
     // first frame leaves the stream empty, not a stream cut short.
     if (!this.bytes) {
@@ -62,7 +106,7 @@ class Sender {
     h.writeUInt16LE(name.length, 1);
     h.writeUInt32LE(payload.length, 3);
     h.writeBigUInt64LE(BigInt(offset), 7);
-    h.writeUInt32LE(crc32(payload), 15);
+    h.writeUInt32LE(crc, 15);
     name.copy(h, RECORD_BYTES);
     this.write(h);
     if (payload.length) this.write(payload);
@@ -74,14 +118,24 @@ class Sender {
     }
   }
 
-  /** Bytes [from, to) of fd as DATA records of path. */
-  range(path: string, fd: number, from: number, to: number): void {
-    const buf = Buffer.allocUnsafe(Math.min(CHUNK, Math.max(0, to - from)));
-    for (let at = from; at < to; ) {
-      const n = readSync(fd, buf, 0, Math.min(buf.length, to - at), at);
-      if (n <= 0) throw new GpuckptError('IMAGE_READ_FAILED', `cannot stream ${path}: it ends at ${at}, before ${to}`);
-      this.record(Kind.DATA, path, at, buf.subarray(0, n));
-      at += n;
+  /** Bytes [from, to) of fd as DATA records of path, read and checksummed ahead by the chunk readers. */
+  async range(path: string, fd: number, from: number, to: number): Promise<void> {
+    const ahead: { at: number; chunk: Promise<{ bytes: number; crc: number; data: Uint8Array }> }[] = [];
+    let next = from;
+    const issue = () => {
+      for (; ahead.length < readers.ahead && next < to; next += CHUNK) ahead.push({ at: next, chunk: readers.read(fd, next, Math.min(CHUNK, to - next)) });
+    };
+    issue();
+    while (ahead.length) {
+      const { at, chunk } = ahead.shift()!;
+      const c = await chunk;
+      const want = Math.min(CHUNK, to - at);
+      if (c.bytes < want) {
+        await Promise.allSettled(ahead.map((a) => a.chunk));
+        throw new GpuckptError('IMAGE_READ_FAILED', `cannot stream ${path}: it ends at ${at + c.bytes}, before ${to}`);
+      }
+      this.record(Kind.DATA, path, at, c.data.subarray(0, c.bytes), c.crc);
+      issue();
     }
   }
 
@@ -127,6 +181,7 @@ try {
 if (!data.file) native().growPipe(data.fd);
 const written = new BigInt64Array(data.written);
 const s = new Sender(data);
+const readers = new ChunkReaders(Math.max(1, Math.min(3, availableParallelism() - 2)));
 const followed: { slot: number; path: string; fd: number; at: number }[] = [];
 /** Posted by the main thread, taken up by run(), which owns every write. */
 const posted: { slot: number; path: string; fd: number }[] = [];
@@ -148,7 +203,7 @@ async function run(): Promise<StreamSummary> {
     for (const f of followed) {
       const ready = Number(Atomics.load(written, f.slot));
       if (ready > f.at) {
-        s.range(f.path, f.fd, f.at, ready);
+        await s.range(f.path, f.fd, f.at, ready);
         f.at = ready;
         moved = true;
       }
@@ -158,30 +213,30 @@ async function run(): Promise<StreamSummary> {
   takeUp();
   for (const f of followed) {
     const ready = Number(Atomics.load(written, f.slot));
-    if (ready > f.at) s.range(f.path, f.fd, f.at, ready);
+    if (ready > f.at) await s.range(f.path, f.fd, f.at, ready);
     f.at = Math.max(f.at, ready);
   }
   const from = new Map(followed.map((f) => [f.path, f.at]));
   const root = finish;
-  const walk = (rel: string): void => {
+  const walk = async (rel: string): Promise<void> => {
     for (const e of readdirSync(join(root, rel), { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
       const path = rel ? `${rel}/${e.name}` : e.name;
       if (e.isDirectory()) {
         s.record(Kind.DIR, path, 0);
-        walk(path);
+        await walk(path);
       } else if (e.isFile()) {
         const at = from.get(path);
         if (at === undefined) s.record(Kind.FILE, path, 0);
         const fd = openSync(join(root, path), 'r');
         try {
-          s.range(path, fd, at ?? 0, fstatSync(fd).size);
+          await s.range(path, fd, at ?? 0, fstatSync(fd).size);
         } finally {
           closeSync(fd);
         }
       } else throw new GpuckptError('IMAGE_CORRUPT', `cannot stream ${join(root, path)}: not a regular file or directory`);
     }
   };
-  walk('');
+  await walk('');
   s.end();
   return { bytes: s.bytes, files: s.fileCount };
 }
@@ -196,6 +251,7 @@ parentPort!.on('message', (m: SenderMessage) => {
 // the process.
 run().finally(async () => {
   if (!wasBlocking) native().setBlocking(data.fd, false);
+  await readers.close();
   await s.settled();
 }).then(
   (done) => parentPort!.postMessage({ done } satisfies SenderReply),
