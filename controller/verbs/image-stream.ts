@@ -167,11 +167,6 @@ export async function checkpointStreamed<S extends object>(
   }
 }
 
-/**
- * Receives an image from `from` ('-' or a file) into a directory of its
- * own, checked whole, then runs restore(dir, running): running() removes
- * the directory once the restored job needs it no more.
- */
 /** What a receiver asks of one read. */
 const READ_BYTES = 8 << 20;
 
@@ -191,6 +186,11 @@ function stdinReader(): { input: Readable; done: () => void } {
   return { input: createReadStream('', { fd: 0, highWaterMark: READ_BYTES, autoClose: false }), done: () => void (wasBlocking || native().setBlocking(0, false)) };
 }
 
+/**
+ * Receives an image from `from` ('-' or a file) into a directory of its
+ * own, checked whole, then runs restore(dir, running): running() removes
+ * the directory once the restored job needs it no more.
+ */
 export async function restoreStreamed<S extends object>(from: string, restore: (dir: string, running: () => void) => Promise<S>): Promise<S & StreamedSummary> {
   const t0 = performance.now();
   const file = from === STDIO ? undefined : resolve(from);
