@@ -9,9 +9,10 @@
 import { closeSync, fstatSync, openSync, readdirSync, writeSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { parentPort, Worker, workerData } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import { crc32 } from 'node:zlib';
 import { GpuckptError } from '../base/errors.js';
+import { WorkerPool } from '../base/worker-pool.js';
 import { native } from '../../native/index.js';
 import type { ChunkReply, ChunkRequest } from './stream-chunk-reader.js';
 import { CHUNK, HEADER_BYTES, Kind, MAGIC, RECORD_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
@@ -32,47 +33,6 @@ export type SenderReply = { done: StreamSummary } | { error: { code: string; mes
 /** Bytes written to a file between two starts of its writeback (as image writers do). */
 const WRITEBACK_EVERY = 64 << 20;
 const pause = new Int32Array(new SharedArrayBuffer(4));
-
-/**
- * Worker threads that read and checksum pieces of the image's files
- * (stream-chunk-reader.ts), one per core beside this thread and the
- * checkpoint's, at most 3; ahead: pieces asked at once.
- */
-class ChunkReaders {
-  private readonly workers: Worker[];
-  private readonly waiting = new Map<number, { resolve: (c: { bytes: number; crc: number; data: Uint8Array }) => void; reject: (e: Error) => void }>();
-  private id = 0;
-  readonly ahead: number;
-
-  constructor(count: number) {
-    this.workers = Array.from({ length: count }, () => new Worker(new URL('./stream-chunk-reader.js', import.meta.url)));
-    this.ahead = 2 * count;
-    for (const w of this.workers) {
-      w.on('message', (r: ChunkReply) => {
-        const p = this.waiting.get(r.id)!;
-        this.waiting.delete(r.id);
-        if ('error' in r) p.reject(new GpuckptError('IMAGE_READ_FAILED', `cannot stream the image: ${r.error}`));
-        else p.resolve(r);
-      });
-      w.on('error', (e) => {
-        for (const p of this.waiting.values()) p.reject(new GpuckptError('INTERNAL', `stream chunk reader failed: ${e.message}`));
-        this.waiting.clear();
-      });
-    }
-  }
-
-  read(fd: number, at: number, length: number): Promise<{ bytes: number; crc: number; data: Uint8Array }> {
-    const id = this.id++;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
-      this.workers[id % this.workers.length]!.postMessage({ id, fd, at, length } satisfies ChunkRequest);
-    });
-  }
-
-  async close(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.terminate()));
-  }
-}
 
 class Sender {
   private readonly files: Record<string, number> = {};
@@ -118,23 +78,22 @@ class Sender {
     }
   }
 
-  /** Bytes [from, to) of fd as DATA records of path, read and checksummed ahead by the chunk readers. */
+  /** Bytes [from, to) of fd as DATA records of path, read and checksummed ahead by the chunk readers, two pieces each. */
   async range(path: string, fd: number, from: number, to: number): Promise<void> {
-    const ahead: { at: number; chunk: Promise<{ bytes: number; crc: number; data: Uint8Array }> }[] = [];
+    const ahead: { at: number; chunk: Promise<ChunkReply> }[] = [];
     let next = from;
     const issue = () => {
-      for (; ahead.length < readers.ahead && next < to; next += CHUNK) ahead.push({ at: next, chunk: readers.read(fd, next, Math.min(CHUNK, to - next)) });
+      for (; ahead.length < 2 * readers.size && next < to; next += CHUNK) ahead.push({ at: next, chunk: readers.run({ fd, at: next, length: Math.min(CHUNK, to - next) }) });
     };
     issue();
     while (ahead.length) {
       const { at, chunk } = ahead.shift()!;
       const c = await chunk;
-      const want = Math.min(CHUNK, to - at);
-      if (c.bytes < want) {
+      if (c.bytes! < Math.min(CHUNK, to - at)) {
         await Promise.allSettled(ahead.map((a) => a.chunk));
-        throw new GpuckptError('IMAGE_READ_FAILED', `cannot stream ${path}: it ends at ${at + c.bytes}, before ${to}`);
+        throw new GpuckptError('IMAGE_READ_FAILED', `cannot stream ${path}: it ends at ${at + c.bytes!}, before ${to}`);
       }
-      this.record(Kind.DATA, path, at, c.data.subarray(0, c.bytes), c.crc);
+      this.record(Kind.DATA, path, at, c.data!.subarray(0, c.bytes), c.crc);
       issue();
     }
   }
@@ -181,7 +140,8 @@ try {
 if (!data.file) native().growPipe(data.fd);
 const written = new BigInt64Array(data.written);
 const s = new Sender(data);
-const readers = new ChunkReaders(Math.max(1, Math.min(3, availableParallelism() - 2)));
+// One per core beside this thread and the checkpoint's, at most 3.
+const readers = new WorkerPool<ChunkRequest, ChunkReply>(new URL('./stream-chunk-reader.js', import.meta.url), Math.max(1, Math.min(3, availableParallelism() - 2)), 'stream chunk reader');
 const followed: { slot: number; path: string; fd: number; at: number }[] = [];
 /** Posted by the main thread, taken up by run(), which owns every write. */
 const posted: { slot: number; path: string; fd: number }[] = [];

@@ -22,6 +22,7 @@ import type { ImageWriter } from './writer.js';
 import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, OLDEST_VERSION, RECORD_BYTES, V1_HEADER_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
 import type { SenderData, SenderMessage, SenderReply } from './stream-sender.js';
 import type { ReceivedRecord, ReceiverReply } from './stream-receiver.js';
+import { ownBuffer, WorkerPool } from '../base/worker-pool.js';
 
 export type { StreamSummary } from './stream-format.js';
 
@@ -233,65 +234,37 @@ const RECORDS_PER_WORKER = 2;
  * first failure is thrown by add or drain.
  */
 class ReceiverPool {
-  private readonly workers: Worker[];
-  private readonly pending = new Map<number, { at: number; name: string }>();
-  private readonly load: number[];
-  private seq = 0;
+  private readonly pool: WorkerPool<ReceivedRecord, ReceiverReply>;
+  private readonly inFlight = new Set<Promise<void>>();
   private failure: unknown;
-  private room?: () => void;
 
   constructor(count: number) {
-    this.workers = Array.from({ length: count }, () => new Worker(new URL('./stream-receiver.js', import.meta.url)));
-    this.load = this.workers.map(() => 0);
-    this.workers.forEach((w, i) => {
-      w.on('message', (r: ReceiverReply) => this.settled(i, r));
-      w.on('error', (e) => this.fail(new GpuckptError('INTERNAL', `stream receiver failed: ${e.message}`, { cause: e })));
-    });
+    this.pool = new WorkerPool(new URL('./stream-receiver.js', import.meta.url), count, 'stream receiver');
   }
 
-  /** Hands the record at stream byte at to the least busy worker, once one has room. */
+  /** Hands over the record at stream byte at, once a worker has room; the payload is the worker's then. */
   async add(fd: number, payload: Buffer, offset: number, crc: number, at: number, name: string): Promise<void> {
-    for (;;) {
-      if (this.failure) throw this.failure;
-      if (Math.min(...this.load) < RECORDS_PER_WORKER) break;
-      await new Promise<void>((r) => (this.room = r));
-    }
-    const i = this.load.indexOf(Math.min(...this.load));
-    // Moved, not copied, where the payload is a buffer of its own.
-    const own = payload.byteOffset === 0 && payload.buffer.byteLength === payload.length ? payload : new Uint8Array(payload);
-    const seq = this.seq++;
-    this.load[i]!++;
-    this.pending.set(seq, { at, name });
-    this.workers[i]!.postMessage({ seq, fd, offset, crc, payload: own } satisfies ReceivedRecord, [own.buffer as ArrayBuffer]);
+    while (this.inFlight.size >= RECORDS_PER_WORKER * this.pool.size) await Promise.race(this.inFlight);
+    if (this.failure) throw this.failure;
+    const own = ownBuffer(payload);
+    const done: Promise<void> = this.pool
+      .run({ fd, offset, crc, payload: new Uint8Array(own) }, [own])
+      .then((r) => {
+        if (r.corrupt) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name}) fails its CRC-32`);
+        if (r.failedWrite) throw Object.assign(new Error(r.failedWrite.message), { code: r.failedWrite.code });
+      })
+      .catch((e: unknown) => void (this.failure ??= e))
+      .finally(() => this.inFlight.delete(done));
+    this.inFlight.add(done);
   }
 
   async drain(): Promise<void> {
-    while (this.pending.size && !this.failure) await new Promise<void>((r) => (this.room = r));
+    await Promise.all(this.inFlight);
     if (this.failure) throw this.failure;
   }
 
-  async close(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.terminate()));
-  }
-
-  private settled(worker: number, r: ReceiverReply): void {
-    const rec = this.pending.get(r.seq)!;
-    this.pending.delete(r.seq);
-    this.load[worker]!--;
-    if ('corrupt' in r) this.fail(new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${rec.at} (${rec.name}) fails its CRC-32`));
-    else if ('error' in r) this.fail(Object.assign(new Error(r.error.message), { code: r.error.code }));
-    this.wake();
-  }
-
-  private fail(e: unknown): void {
-    this.failure ??= e;
-    this.wake();
-  }
-
-  private wake(): void {
-    const r = this.room;
-    this.room = undefined;
-    r?.();
+  close(): Promise<void> {
+    return this.pool.close();
   }
 }
 
