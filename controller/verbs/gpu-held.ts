@@ -84,7 +84,7 @@ export function chunkRuns(allocations: readonly AllocEntry[], poolBase: bigint, 
   return runs;
 }
 
-const sameRuns = (a: ChunkRun[][], b: ChunkRun[][]) => JSON.stringify(a, (_, v) => (typeof v === 'bigint' ? String(v) : v)) === JSON.stringify(b, (_, v) => (typeof v === 'bigint' ? String(v) : v));
+const runsKey = (runs: ChunkRun[][]) => runs.map((list) => list.map((r) => `${r.addr}+${r.chunks}`).join(',')).join(';');
 
 /** Tries before a snapshot gives up on an application whose allocations keep changing under it. */
 const LAYOUT_TRIES = 3;
@@ -127,7 +127,7 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
         throw e;
       }); // each copy brings the application up to GPCK_MAX_STAGING_FILES fds
       allocations = await session.listAllocations();
-      if (sameRuns(chunkRuns(allocations, poolBase, chunk, uuids.length), runs)) break;
+      if (runsKey(chunkRuns(allocations, poolBase, chunk, uuids.length)) === runsKey(runs)) break;
       await session.resume();
       closeAll(fds);
       if (tries === LAYOUT_TRIES) throw new GpuckptError('LAYOUT_MISMATCH', `no snapshot in GPU memory: process ${pid} changed its allocations during each of ${tries} tries; it runs on untouched`);

@@ -230,11 +230,18 @@ Mapping* Find(const Napi::CallbackInfo& info, uint32_t at) {
   return it->second.get();
 }
 
+// Whether [offset, offset + length) lies within the chunks laid end to end;
+// thrown as a RangeError where not.
+bool Within(const Napi::Env& env, const Mapping& m, uint64_t offset, uint64_t length) {
+  if (offset + length >= offset && offset + length <= m.chunks.size() * m.chunkBytes) return true;
+  Napi::RangeError::New(env, "beyond the mapped chunks").ThrowAsJavaScriptException();
+  return false;
+}
+
 // Calls fn(chunk pointer, bytes, position in the caller's buffer) for each
-// piece of [offset, offset + length) of the chunks laid end to end.
+// piece of [offset, offset + length) of the chunks laid end to end (Within).
 template <typename Fn>
-bool EachPiece(Mapping& m, uint64_t offset, uint64_t length, Fn fn) {
-  if (offset + length < offset || offset + length > m.chunks.size() * m.chunkBytes) return false;
+void EachPiece(Mapping& m, uint64_t offset, uint64_t length, Fn fn) {
   for (uint64_t done = 0; done < length;) {
     uint64_t at = offset + done;
     uint64_t in = at % m.chunkBytes;
@@ -242,7 +249,6 @@ bool EachPiece(Mapping& m, uint64_t offset, uint64_t length, Fn fn) {
     fn(m.chunks[at / m.chunkBytes] + in, n, done);
     done += n;
   }
-  return true;
 }
 
 }  // namespace
@@ -301,18 +307,14 @@ Napi::Value BarRead(const Napi::CallbackInfo& info) {
   if (!m) return env.Undefined();
   uint64_t offset = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value());
   uint64_t length = static_cast<uint64_t>(info[2].As<Napi::Number>().Int64Value());
-  if (offset + length < offset || offset + length > m->chunks.size() * m->chunkBytes) {
-    Napi::RangeError::New(env, "beyond the mapped chunks").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
+  if (!Within(env, *m, offset, length)) return env.Undefined();
   Napi::Buffer<uint8_t> out = Napi::Buffer<uint8_t>::New(env, length);
-  bool ok = EachPiece(*m, offset, length, [&](uint8_t* p, uint64_t n, uint64_t at) {
+  EachPiece(*m, offset, length, [&](uint8_t* p, uint64_t n, uint64_t at) {
     if (m->vulkan)
       StreamRead(out.Data() + at, p, n);
     else
       memcpy(out.Data() + at, p, n);
   });
-  if (!ok) Napi::RangeError::New(env, "beyond the mapped chunks").ThrowAsJavaScriptException();
   return out;
 }
 
@@ -322,9 +324,9 @@ Napi::Value BarWrite(const Napi::CallbackInfo& info) {
   if (!m) return env.Undefined();
   uint64_t offset = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value());
   Napi::Uint8Array data = info[2].As<Napi::Uint8Array>();
-  bool ok = EachPiece(*m, offset, data.ByteLength(), [&](uint8_t* p, uint64_t n, uint64_t at) { memcpy(p, data.Data() + at, n); });
+  if (!Within(env, *m, offset, data.ByteLength())) return env.Undefined();
+  EachPiece(*m, offset, data.ByteLength(), [&](uint8_t* p, uint64_t n, uint64_t at) { memcpy(p, data.Data() + at, n); });
   _mm_sfence();  // write-combined stores leave the CPU before the application runs again
-  if (!ok) Napi::RangeError::New(env, "beyond the mapped chunks").ThrowAsJavaScriptException();
   return env.Undefined();
 }
 

@@ -181,11 +181,11 @@ function liveTable(r) {
 }
 
 /** The BAR mapping (peek, poke) against DMA, size by size: the faster of each in bold. */
-const scatteredSizes = (r) =>
+/** The sizes metrics named PREFIX<bytes> were measured at, smallest first. */
+const sizesOf = (r, prefix) =>
   Object.keys(r.metrics)
-    .map((k) => k.match(/^scattered_bar_write_s_([0-9]+)$/)?.[1])
-    .filter(Boolean)
-    .map(Number)
+    .filter((k) => k.startsWith(prefix) && /^[0-9]+$/.test(k.slice(prefix.length)))
+    .map((k) => Number(k.slice(prefix.length)))
     .sort((a, b) => a - b);
 
 function barTable(r) {
@@ -199,11 +199,7 @@ function barTable(r) {
     const [x, y] = [g(a).median, g(b).median];
     return [x <= y ? `**${t(a)}** (${rate(a, size)})` : `${t(a)} (${rate(a, size)})`, y < x ? `**${t(b)}** (${rate(b, size)})` : `${t(b)} (${rate(b, size)})`];
   };
-  const sizes = Object.keys(r.metrics)
-    .map((k) => k.match(/^bar_read_s_([0-9]+)$/)?.[1])
-    .filter(Boolean)
-    .map(Number)
-    .sort((a, b) => a - b);
+  const sizes = sizesOf(r, 'bar_read_s_');
   const label = (s) => (s >= 1 << 30 ? `${s / 2 ** 30} GiB` : s >= 1 << 20 ? `${s / 2 ** 20} MiB` : `${s / 1024} KiB`);
   return [
     `## ${r.workload}`,
@@ -218,7 +214,7 @@ function barTable(r) {
       ? [
           '| 64 pieces spread over 1 GiB | read, BAR (a call each) | read, DMA (one batch) | write, BAR (a call each) | write, DMA (one batch) |',
           '| --- | --- | --- | --- | --- |',
-          ...scatteredSizes(r).map((s) => `| 64 × ${label(s)} | ${pair(`scattered_bar_read_s_${s}`, `scattered_dma_read_s_${s}`, 64 * s).join(' | ')} | ${pair(`scattered_bar_write_s_${s}`, `scattered_dma_write_s_${s}`, 64 * s).join(' | ')} |`),
+          ...sizesOf(r, 'scattered_bar_write_s_').map((s) => `| 64 × ${label(s)} | ${pair(`scattered_bar_read_s_${s}`, `scattered_dma_read_s_${s}`, 64 * s).join(' | ')} | ${pair(`scattered_bar_write_s_${s}`, `scattered_dma_write_s_${s}`, 64 * s).join(' | ')} |`),
           '',
         ]
       : []),
