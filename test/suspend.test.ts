@@ -75,6 +75,20 @@ describe('suspend and resume', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
+  it('GPUCKPT_LOG=debug traces every phase of suspend and resume as it ends; the default says nothing', async () => {
+    const { app, ready } = await start();
+    const s = cli(['suspend', String(app.pid)], { GPUCKPT_LOG: 'debug' });
+    expect(s.code).toBe(0);
+    const phases = (text: string, what: string) => [...text.matchAll(new RegExp(`^gpuckpt\\[\\d+\\] ${what}: (\\w+) done in \\d+\\.\\d{3} s$`, 'gm'))].map((m) => m[1]);
+    expect(phases(s.stderr, 'suspend')).toEqual(expect.arrayContaining(['connect', 'checks', 'copy', 'release']));
+    const r = cli(['resume', String(app.pid)], { GPUCKPT_LOG: 'debug' });
+    expect(r.code).toBe(0);
+    expect(phases(r.stderr, 'resume')).toEqual(expect.arrayContaining(['connect', 'checks', 'driverRestore', 'remap', 'reopen']));
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    expect(cli(['suspend', String(app.pid)]).stderr).toBe('');
+    expect(cli(['resume', String(app.pid)]).stderr).toBe('');
+  });
+
   it('leaves all-zero blocks on the GPU and zeroes them again at the resume, in memory or through an image', async () => {
     // The pool's memory after the resume is new from the driver: not zeros.
     const { app } = await start({ FAKE_CUDA_DIRTY_MEMORY: '1' });

@@ -3,6 +3,7 @@
  * the previous mark. Suspend and resume report it, so a figure that misses
  * its target says which step is to blame (measured, not guessed).
  */
+import { log } from './log.js';
 import { round } from './units.js';
 
 export type Phases = Record<string, number>;
@@ -11,8 +12,8 @@ export class PhaseClock {
   readonly phases: Phases = {};
   private last: number;
 
-  /** since: where the first phase began (default: now). */
-  constructor(since = performance.now()) {
+  /** since: where the first phase began (default: now); what names the command in the trace. */
+  constructor(since = performance.now(), private readonly what = 'command') {
     this.last = since;
   }
 
@@ -20,6 +21,7 @@ export class PhaseClock {
   mark(name: string): void {
     const t = performance.now();
     this.phases[name] = round((this.phases[name] ?? 0) + (t - this.last) / 1000, 4);
+    log('debug', this.what, `${name} done in ${((t - this.last) / 1000).toFixed(3)} s`);
     this.last = t;
   }
 }

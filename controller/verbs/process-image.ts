@@ -161,7 +161,7 @@ export async function checkpointProcess(
   // Each member's pool image: the first at work, the others beside it
   // until CRIU has dumped the tree (then under work/members/).
   const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
-  const clock = new PhaseClock(t0);
+  const clock = new PhaseClock(t0, 'checkpoint');
   clock.mark('checks');
   const suspendStart = performance.now();
   // The ranks at one collective boundary, their communicators torn down:
@@ -322,7 +322,7 @@ export async function restoreProcess(
       checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
     });
     fds = restoreFds(dir, info);
-    const clock = new PhaseClock(t0);
+    const clock = new PhaseClock(t0, 'restore');
     clock.mark('checks');
 
     // The pool images are decompressed while CRIU brings the processes back.

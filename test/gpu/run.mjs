@@ -310,7 +310,8 @@ class App {
 
 /** Runs the CLI; resolves {code, signal, stdout, stderr, seconds}. */
 function runCli(args, ms, extraEnv = {}) {
-  return new Promise((resolve, reject) => {
+  let stderr = '';
+  const running = new Promise((resolve, reject) => {
     let to;
     try {
       to = limit(ms);
@@ -322,7 +323,6 @@ function runCli(args, ms, extraEnv = {}) {
     const [cmd, argv] = cliCommand(args);
     const child = track(spawn(cmd, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, ...extraEnv } }));
     let stdout = '';
-    let stderr = '';
     let timedOut = false;
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => {
@@ -344,6 +344,9 @@ function runCli(args, ms, extraEnv = {}) {
       else resolve(r);
     });
   });
+  // What a command still running has said, for a failure met meanwhile.
+  running.stderrSoFar = () => stderr;
+  return running;
 }
 
 const tail = (s, n = 12) => s.trimEnd().split('\n').filter(Boolean).slice(-n).map((l) => '  ' + l);
@@ -859,9 +862,12 @@ async function processScenario(name, prog) {
     // The same image again, attached: gpuckpt returns the program's exit status.
     const uuids = gpuUuids();
     const args = ['restore', path.join(dir, 'B'), ...(uuids.length >= 2 ? ['--device', '1'] : [])];
-    const attached = runCli(args, 300_000);
+    const attached = runCli(args, 300_000, { GPUCKPT_LOG: 'debug' });
     for (let i = 0; i < 600 && !alive(pid); i++) await sleep(50);
-    expectSame((await send('state', 'state', 60_000, 'state after the second restore')).buffers, R, 'state after the second restore of the same image');
+    const second = await send('state', 'state', 60_000, 'state after the second restore').catch((e) => {
+      throw failure(e.message, [...(e.diag ?? []), '  the attached restore so far:', ...tail(attached.stderrSoFar(), 20)]);
+    });
+    expectSame(second.buffers, R, 'state after the second restore of the same image');
     if (uuids.length >= 2) {
       const on = gpuMemoryOf(pid);
       if (!on[uuids[1]]) throw failure(`restored with --device 1, nvidia-smi shows ${JSON.stringify(on)}`);
