@@ -26,6 +26,9 @@ export function criuAsksPasscredOnInet(version: string): boolean {
   return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2));
 }
 
+/** CRIU's action script that marks the end of a restore (libexec/criu-resumed). */
+const RESUMED_SCRIPT = join(packageRoot(), 'libexec', 'criu-resumed');
+
 /** The environment CRIU runs in: ours, with the compat library preloaded where it is needed. */
 function criuEnv(criu: Criu): NodeJS.ProcessEnv {
   if (!criu.compat) return process.env;
@@ -116,23 +119,26 @@ export interface InheritedFd {
 function criuRestore(
   criu: Criu,
   dir: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args: string[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; resumedFile: string; inherit: InheritedFd[]; args: string[] },
 ): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, ...opts.args];
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, '--action-script', RESUMED_SCRIPT, ...opts.args];
   if (opts.detach) args.push('--restore-detached');
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
   const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
-  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env: criuEnv(criu) });
+  const env = { ...criuEnv(criu), GPUCKPT_CRIU_RESUMED: opts.resumedFile };
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env });
 }
 
 /** How a process that CRIU restored attached ended. */
 export type ChildExit = { code: number | null; signal: string | null };
 
 /**
- * `criu restore` of the image's dir: returns once the processes are back
- * (CRIU wrote the pidfile, or, detached, exited), with CRIU's exit to come
- * (attached: when the application ends).
+ * `criu restore` of the image's dir: returns once the processes run
+ * (detached: CRIU exited; attached: its action script said so at
+ * post-resume), with CRIU's exit to come (attached: when the application
+ * ends). Not at the pidfile: CRIU writes it as it forks the root, before
+ * anything is restored, and the images must stay until it is done.
  */
 export async function criuRestoreTree(
   criu: Criu,
@@ -142,15 +148,17 @@ export async function criuRestoreTree(
 ): Promise<{ done: Promise<ChildExit> }> {
   const { detach } = opts;
   const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const child = criuRestore(criu, dir, { ...opts, pidFile });
+  const resumedFile = join(dir, `resumed-${process.pid}`);
+  const child = criuRestore(criu, dir, { ...opts, pidFile, resumedFile });
   let exited: ChildExit | undefined;
   const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
-  // Restored once CRIU wrote the pidfile (attached) or exited (detached).
-  while (!existsSync(pidFile) && !exited) await new Promise((r) => setTimeout(r, 20));
-  if (detach) await done;
-  if (!existsSync(pidFile) || (exited && exited.code !== 0 && detach))
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
+  while (!exited && (detach || !existsSync(resumedFile))) await new Promise((r) => setTimeout(r, 20));
+  // Attached, CRIU may have exited already with the application's status.
+  const restored = existsSync(pidFile) && (detach ? exited!.code === 0 : existsSync(resumedFile));
   rmSync(pidFile, { force: true });
+  rmSync(resumedFile, { force: true });
+  if (!restored)
+    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
   // Wrapped: an async function returning the promise itself would wait for it.
   return { done };
 }
