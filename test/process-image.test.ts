@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { removeStaleTempDirs } from '../controller/image/index.js';
-import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, ROOT } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
 
@@ -50,6 +50,19 @@ describe('whole-process checkpoint', () => {
     expect(r.stderr).toMatch(new RegExp(`^gpuckpt: ${message.replaceAll('PID', String(app.pid))}`));
     oneLine(r.stderr);
     await expectNoImageStillRunning(app, ready, out);
+  });
+
+  it("gpuckpt's own CRIU plugin, installed where CRIU loads plugins by default, stands aside when gpuckpt runs CRIU", async () => {
+    const { app, ready } = await start();
+    const plugins = { CRIU_LIBS_DIR: join(ROOT, 'build', 'criu') }; // the fake CRIU's default plugin directory
+    const out = box.path('default-plugins');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--leave-running'], plugins);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(existsSync(join(out, 'criu', 'fake-criu-plugins'))).toBe(false); // no plugin in the image's inventory
+    expect(existsSync(join(out, 'criu', `gpuckpt-pool-${app.pid}`))).toBe(false);
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
   it('--leave-running: a complete image, and the process carries on with its data', async () => {

@@ -29,11 +29,17 @@ export function criuAsksPasscredOnInet(version: string): boolean {
 /** CRIU's action script that marks the end of a restore (libexec/criu-resumed). */
 const RESUMED_SCRIPT = join(packageRoot(), 'libexec', 'criu-resumed');
 
-/** The environment CRIU runs in: ours, with the compat library preloaded where it is needed. */
+/**
+ * The environment CRIU runs in: ours, with the compat library preloaded
+ * where it is needed, and GPUCKPT_RUNS_CRIU, which tells gpuckpt's own
+ * CRIU plugin, if CRIU loads it from its default directory, that the GPU
+ * is taken care of.
+ */
 function criuEnv(criu: Criu): NodeJS.ProcessEnv {
-  if (!criu.compat) return process.env;
+  const env = { ...process.env, GPUCKPT_RUNS_CRIU: '1' };
+  if (!criu.compat) return env;
   const preload = process.env.LD_PRELOAD;
-  return { ...process.env, LD_PRELOAD: preload ? `${criu.compat} ${preload}` : criu.compat };
+  return { ...env, LD_PRELOAD: preload ? `${criu.compat} ${preload}` : criu.compat };
 }
 
 export function findCriu(given?: string): Criu {

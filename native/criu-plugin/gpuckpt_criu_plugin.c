@@ -36,6 +36,10 @@
 #endif
 
 static int stage;
+/* gpuckpt runs this CRIU itself (GPUCKPT_RUNS_CRIU, controller/adapters/criu.ts)
+ * and has moved the GPU already: a plugin found in CRIU's default directory
+ * stands aside rather than suspend a pool gpuckpt suspended. */
+static int gpuckpt_runs_criu;
 static pid_t criu_pid;
 static pid_t paused[MAX_PAUSED];
 static int npaused;
@@ -219,7 +223,7 @@ static int start_helper(const char *step, pid_t pid)
 
 static int pause_devices(int pid)
 {
-    if (stage != CRIU_STAGE_DUMP)
+    if (gpuckpt_runs_criu || stage != CRIU_STAGE_DUMP)
         return -ENOTSUP; /* a pre-dump leaves the GPU alone */
     int err = run_step("dump", pid);
     if (err)
@@ -252,6 +256,8 @@ static int checkpoint_devices(int pid)
 
 static int resume_devices_late(int pid)
 {
+    if (gpuckpt_runs_criu)
+        return -ENOTSUP;
     int err = start_helper("restore", pid);
     /* CRIU releases it whatever this returns: without its GPU data it would
      * wait for ever in the shim, so it is ended, as gpuckpt restore does. */
@@ -263,6 +269,7 @@ static int resume_devices_late(int pid)
 static int plugin_init(int s)
 {
     stage = s;
+    gpuckpt_runs_criu = getenv("GPUCKPT_RUNS_CRIU") != NULL;
     criu_pid = getpid();
     npaused = 0;
     if (s == CRIU_STAGE_RESTORE && check_and_remove_inventory_plugin)
