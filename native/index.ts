@@ -68,6 +68,8 @@ interface NativeModule {
   protocolVersion: number;
   /** Queues the dirty pages of the file behind fd for writeback (sync_file_range, whole file) without waiting for them; rejects with code set to the errno name. */
   startWriteback(fd: number): Promise<void>;
+  /** Reaps a child libuv did not start (waitid): its exit code, or the signal that ended it; rejects with code 'ECHILD' for a pid that is not a child. */
+  waitChild(pid: number): Promise<{ code: number | null; signal: number | null }>;
   /** One 64-bit LE digest per block of view, as the shim's kernel computes them (block_digest_fn.h). */
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
   /** dst gets src's byte planes of size-byte elements (inverse: planes back into elements); same lengths. */

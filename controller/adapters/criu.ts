@@ -6,11 +6,12 @@
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { release } from 'node:os';
+import { constants, release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
+import { runningStartTime } from './processes.js';
 import { logsDir } from './run-dir.js';
-import { packageRoot } from '../../native/index.js';
+import { native, packageRoot } from '../../native/index.js';
 
 export interface Criu {
   path: string;
@@ -25,9 +26,6 @@ export function criuAsksPasscredOnInet(version: string): boolean {
   const [cmaj = 0, cmin = 0] = version.split('.').map(Number);
   return (maj > 6 || (maj === 6 && min >= 16)) && (cmaj < 4 || (cmaj === 4 && cmin < 2));
 }
-
-/** CRIU's action script that marks the end of a restore (libexec/criu-resumed). */
-const RESUMED_SCRIPT = join(packageRoot(), 'libexec', 'criu-resumed');
 
 /**
  * The environment CRIU runs in: ours, with the compat library preloaded
@@ -115,9 +113,10 @@ export interface InheritedFd {
 }
 
 /**
- * Starts `criu restore`. Detached, it returns once the process tree is back;
- * attached, CRIU stays the restored process's parent and exits with its
- * status, which the returned child reports. A terminal job gets this
+ * Starts `criu restore`, detached: CRIU exits once the process tree runs.
+ * For an attached restore the tree's root comes back as this process's
+ * child (--restore-sibling), so that its exit status is had (an attached
+ * CRIU would reap it and exit 0 whatever it was). A terminal job gets this
  * command's terminal; inherit fds go to CRIU from fd 3 on. CRIU ignores
  * SIGINT and SIGQUIT, which a terminal sends the restored job itself (the
  * job's own dispositions come back from the image).
@@ -125,26 +124,24 @@ export interface InheritedFd {
 function criuRestore(
   criu: Criu,
   dir: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; resumedFile: string; inherit: InheritedFd[]; args: string[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args: string[] },
 ): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, '--action-script', RESUMED_SCRIPT, ...opts.args];
-  if (opts.detach) args.push('--restore-detached');
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, '--restore-detached', ...opts.args];
+  if (!opts.detach) args.push('--restore-sibling');
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
   const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
-  const env = { ...criuEnv(criu), GPUCKPT_CRIU_RESUMED: opts.resumedFile };
-  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env });
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env: criuEnv(criu) });
 }
 
-/** How a process that CRIU restored attached ended. */
+/** How a process that CRIU restored attached ended (null and null: a CRIU that did not make it a child, so its status is unknown). */
 export type ChildExit = { code: number | null; signal: string | null };
 
 /**
- * `criu restore` of the image's dir: returns once the processes run
- * (detached: CRIU exited; attached: its action script said so at
- * post-resume), with CRIU's exit to come (attached: when the application
- * ends). Not at the pidfile: CRIU writes it as it forks the root, before
- * anything is restored, and the images must stay until it is done.
+ * `criu restore` of the image's dir: returns once CRIU is done and the
+ * processes run, with, attached, the end of the tree's root to come. Not
+ * at the pidfile: CRIU writes it before the tree is released, and the
+ * images must stay until CRIU is done with them.
  */
 export async function criuRestoreTree(
   criu: Criu,
@@ -152,19 +149,25 @@ export async function criuRestoreTree(
   image: string,
   opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[]; args: string[] },
 ): Promise<{ done: Promise<ChildExit> }> {
-  const { detach } = opts;
   const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const resumedFile = join(dir, `resumed-${process.pid}`);
-  const child = criuRestore(criu, dir, { ...opts, pidFile, resumedFile });
-  let exited: ChildExit | undefined;
-  const done = new Promise<ChildExit>((res) => child.on('exit', (code, signal) => res((exited = { code, signal }))));
-  while (!exited && (detach || !existsSync(resumedFile))) await new Promise((r) => setTimeout(r, 20));
-  // Attached, CRIU may have exited already with the application's status.
-  const restored = existsSync(pidFile) && (detach ? exited!.code === 0 : existsSync(resumedFile));
+  const exit = await new Promise<ChildExit>((res) => criuRestore(criu, dir, { ...opts, pidFile }).on('exit', (code, signal) => res({ code, signal })));
+  const root = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : 0;
   rmSync(pidFile, { force: true });
-  rmSync(resumedFile, { force: true });
-  if (!restored)
+  if (exit.code !== 0 || !(root > 0))
     throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
   // Wrapped: an async function returning the promise itself would wait for it.
-  return { done };
+  return { done: opts.detach ? Promise.resolve(exit) : endOfChild(root) };
+}
+
+/** The end of pid, a child libuv did not start; when it is not a child after all, its end alone. */
+async function endOfChild(pid: number): Promise<ChildExit> {
+  try {
+    const end = await native().waitChild(pid);
+    const signal = end.signal === null ? null : (Object.entries(constants.signals).find(([, n]) => n === end.signal)?.[0] ?? `signal ${end.signal}`);
+    return { code: end.code, signal };
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ECHILD') throw e;
+    while (runningStartTime(pid) !== undefined) await new Promise((r) => setTimeout(r, 100));
+    return { code: null, signal: null };
+  }
 }

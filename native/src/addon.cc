@@ -3,6 +3,7 @@
 // in, plain JS objects out; all policy lives in TypeScript.
 #include <napi.h>
 
+#include "child_wait.h"
 #include "driver_checkpoint.h"
 #include "driver_probe.h"
 #include "file_writeback.h"
@@ -37,6 +38,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("barRead", Napi::Function::New(env, BarRead, "barRead"));
   exports.Set("barWrite", Napi::Function::New(env, BarWrite, "barWrite"));
   exports.Set("barUnmap", Napi::Function::New(env, BarUnmap, "barUnmap"));
+  exports.Set("waitChild", Napi::Function::New(env, WaitChild, "waitChild"));
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("byteplanes", Napi::Function::New(env, BytePlanes, "byteplanes"));

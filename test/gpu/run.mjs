@@ -872,9 +872,9 @@ async function processScenario(name, prog) {
       const on = gpuMemoryOf(pid);
       if (!on[uuids[1]]) throw failure(`restored with --device 1, nvidia-smi shows ${JSON.stringify(on)}`);
     }
-    fs.writeSync(w, 'quit\n');
+    fs.writeSync(w, 'quit 3\n'); // a status of its own: the attached restore must end with it
     const r = await attached;
-    if (r.code !== 0) throw failure(`restore (attached) returned ${describeExit(r)}`, tail(r.stderr));
+    if (r.code !== 3) throw failure(`restore (attached) returned ${describeExit(r)}; the program exited with 3`, tail(r.stderr));
     measure(name, m);
     return `checkpoint --leave-running, checkpoint (process gone, GPU free), restore --detach, and a second attached restore${uuids.length >= 2 ? ' onto GPU 1' : ''} of the same image: data bit for bit each time, exit status passed through`;
   } finally {

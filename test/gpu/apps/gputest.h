@@ -8,7 +8,7 @@
  *   state     -> {"event":"state","buffers":[..current checksums..]}
  *   mutate    -> every buffer rewritten with a new seed -> {"event":"mutated","buffers":[..]}
  *   touch P   -> the first P percent of every buffer rewritten -> {"event":"touched","buffers":[..]}
- *   quit      -> {"event":"bye"}, exit 0
+ *   quit [N]  -> {"event":"bye"}, exit N (default 0)
  *   anything else -> {"event":"error","message":"unknown command .."}
  * A fatal CUDA error prints {"event":"error","message":".."} and exits 1.
  *
@@ -594,13 +594,16 @@ static inline void gt_rt_serve(gt_buf *bufs, int n, const gt_dev *devs)
                 GT_CK(cudaFree(grabbed));
             grabbed = NULL;
             gt_emit("ungrabbed", NULL, NULL, 0);
-        } else if (!strcmp(cmd, "quit")) {
+        } else if (!strncmp(cmd, "quit", 4) && (cmd[4] == '\0' || cmd[4] == ' ')) {
+            int status = cmd[4] ? atoi(cmd + 5) : 0;
             if (gt_rw.on) {
                 __atomic_store_n(&gt_rw.stop, 1, __ATOMIC_RELEASE);
                 pthread_join(gt_rw.thread, NULL);
                 gt_rw.on = 0;
             }
             gt_emit("bye", NULL, NULL, 0);
+            if (status)
+                exit(status); /* what a restore run attached must pass on */
             return;
         } else {
             gt_unknown(cmd);
