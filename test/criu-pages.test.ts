@@ -36,7 +36,8 @@ function criuDir(name: string): { dir: string; files: Record<string, Buffer> } {
   return { dir, files };
 }
 
-const shmScratch = () => (existsSync('/dev/shm') ? readdirSync('/dev/shm').filter((n) => n.startsWith('.criu-restore.gpuckpt-tmp-')) : []);
+/** This process's scratch directories in /dev/shm (other test files restore at the same time). */
+const shmScratch = () => (existsSync('/dev/shm') ? readdirSync('/dev/shm').filter((n) => n.startsWith(`.criu-restore.gpuckpt-tmp-${process.pid}-`)) : []);
 
 describe('CRIU pages', () => {
   it('pack: frames replace the raw files; unpack: the same bytes, zero pages as holes, other files linked', async () => {
@@ -75,6 +76,17 @@ describe('CRIU pages', () => {
       expect(lstatSync(join(scratch.dir, n)).isSymbolicLink()).toBe(true);
       expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
     }
+    scratch.cleanup();
+  });
+
+  it("leaves out what CRIU writes at a restore, so that a plain `criu restore` run in the image's directory before cannot make it write there", async () => {
+    const { dir } = criuDir('restored-before');
+    writeFileSync(join(dir, 'stats-restore'), 'from an earlier restore');
+    writeFileSync(join(dir, 'restore.log'), 'from an earlier restore');
+    const scratch = await unpackCriuDir(dir, { workers: 1 });
+    expect(existsSync(join(scratch.dir, 'stats-restore'))).toBe(false);
+    expect(existsSync(join(scratch.dir, 'restore.log'))).toBe(false);
+    expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
     scratch.cleanup();
   });
 

@@ -157,6 +157,13 @@ export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<v
   await Promise.all(framesOf(dir, index).map((f) => limiter.run(() => codecs.verify(readRange(f.src, f.srcOffset, f.srcLength, Buffer.allocUnsafe(f.srcLength)), f.rawLength, f.what))));
 }
 
+/**
+ * What CRIU writes into its directory at a restore (O_TRUNC, following
+ * links): never linked, or a restore would write into the image where a
+ * plain `criu restore` had left them.
+ */
+const WRITTEN_BY_RESTORE = new Set(['stats-restore', 'restore.log']);
+
 /** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup(). */
 export interface CriuScratch {
   dir: string;
@@ -179,7 +186,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; signa
   const cleanup = () => rmSync(scratch, { recursive: true, force: true });
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
-    for (const name of readdirSync(dir)) if (name !== PACKED_INDEX && !packed.has(name)) symlinkSync(join(dir, name), join(scratch, name));
+    for (const name of readdirSync(dir)) if (name !== PACKED_INDEX && !packed.has(name) && !WRITTEN_BY_RESTORE.has(name)) symlinkSync(join(dir, name), join(scratch, name));
     if (!index) return { dir: scratch, cleanup };
     for (const f of index.files) {
       const fd = openSync(join(scratch, f.name), 'wx', 0o600);
