@@ -5,7 +5,6 @@
  * its kind (errors.ts: 2 usage, 3 refused untouched, 1 failure); anything
  * else is a bug and keeps its stack.
  */
-import { constants } from 'node:os';
 import { Command, CommanderError, Option } from 'commander';
 import { checkpointJobGpuOnly, resumeJob, suspendJob } from '../controller/verbs/job.js';
 import { parseTarget } from '../controller/verbs/job-target.js';
@@ -41,6 +40,7 @@ import {
   printProcesses,
   printProcessRestore,
   printRelease,
+  restoredJobStatus,
   printResume,
   printRollback,
   printStream,
@@ -298,8 +298,7 @@ function buildProgram(): Command {
       if (opts.json) printJson(summary);
       else if (opts.detach) console.log(summary.pid);
       else printProcessRestore(summary);
-      // As a shell reports a job: 128 + the signal that ended it.
-      if (!opts.detach) process.exitCode = summary.signal ? 128 + (constants.signals[summary.signal as NodeJS.Signals] ?? 0) : (summary.exitCode ?? 1);
+      if (!opts.detach) process.exitCode = restoredJobStatus(summary);
     });
 
   program

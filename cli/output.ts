@@ -210,6 +210,14 @@ export function printProcessRestore(s: ProcessRestoreSummary): void {
   for (const f of s.appended ?? []) process.stderr.write(`gpuckpt: ${f} changed since the image was made: the job writes on at its end\n`);
 }
 
+/** An attached restore's exit status: the job's, as a shell reports it (128 + N for signal N); 1, and why, when it is not known. */
+export function restoredJobStatus(s: ProcessRestoreSummary): number {
+  if (s.exitCode != null) return s.exitCode;
+  if (s.signalNumber != null) return 128 + s.signalNumber;
+  process.stderr.write(`gpuckpt: process ${s.pid} has ended, its exit status unknown: CRIU did not make it a child of gpuckpt (run through a wrapper?)\n`);
+  return 1;
+}
+
 export function printStream(s: StreamedSummary['stream']): void {
   console.log(`  streamed ${formatBytes(s.bytes)} (${s.files} files)${s.to ? ` to ${s.to}` : s.from ? ` from ${s.from}` : ''} in ${s.seconds} s`);
 }

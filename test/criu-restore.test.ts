@@ -4,23 +4,25 @@
  * attached CRIU reaps the tree's root and exits 0 whatever its status: an
  * attached restore that took the pidfile for the end removed the images
  * under CRIU and drove a process still being restored (GPU host: one
- * attached restore in two). CRIU now runs detached, the root coming back
- * as gpuckpt's child (--restore-sibling) for its exit status; the fake CRIU
- * writes the pidfile first and restores for 0.2 s, but cannot make the
- * tree a child of ours: its end is then waited for without a status (the
- * status itself is tested on the GPU host with CRIU).
+ * attached restore in two), and always ended 0. CRIU now runs detached,
+ * the root coming back as gpuckpt's child (--restore-sibling) for its exit
+ * status. The fake CRIU writes the pidfile first and restores for 0.2 s
+ * but cannot make the tree our child; sibling_restore does only that.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { restoredJobStatus } from '../cli/output.js';
 import { criuRestoreTree, findCriu } from '../controller/adapters/criu.js';
+import type { ProcessRestoreSummary } from '../controller/verbs/process-image.js';
 import { ROOT } from './helpers/e2e.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-restore-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const stateOf = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0];
+const options = { shellJob: false, terminal: false, inherit: [], args: [] };
 
 describe('criu restore', () => {
   it.each([
@@ -35,8 +37,9 @@ describe('criu restore', () => {
       mkdirSync(images);
       writeFileSync(join(images, 'fake-criu.json'), JSON.stringify({ pid, tree: [String(pid)] }));
       const criu = findCriu(join(ROOT, 'test', 'fake-criu', 'criu'));
-      const { done } = await criuRestoreTree(criu, images, images, { detach, shellJob: false, terminal: false, inherit: [], args: [] });
+      const { done } = await criuRestoreTree(criu, images, images, { ...options, detach });
       expect(stateOf(pid)).not.toBe('T');
+      expect(JSON.parse(readFileSync(join(images, 'fake-criu-restore.json'), 'utf8')).options).toEqual(detach ? [] : ['--restore-sibling']);
       if (!detach) {
         let ended = false;
         void done.then(() => (ended = true));
@@ -44,11 +47,45 @@ describe('criu restore', () => {
         expect(ended).toBe(false); // attached: until the application ends
         process.kill(pid, 'SIGKILL');
       }
-      expect(await done).toEqual(detach ? { code: 0, signal: null } : { code: null, signal: null });
+      // Not our child (the fake cannot make it one): attached, its end without a status.
+      expect(await done).toEqual(detach ? { code: 0, signal: null, signalNumber: null } : { code: null, signal: null, signalNumber: null });
     } finally {
       try {
         process.kill(pid, 'SIGKILL');
       } catch {}
     }
+  });
+
+  it.each([
+    ['exit 3', { code: 3, signal: null, signalNumber: null }],
+    ['signal 15', { code: null, signal: 'SIGTERM', signalNumber: 15 }],
+    ['signal 40', { code: null, signal: 'SIG40', signalNumber: 40 }],
+  ])('attached, the root a child of ours: its end as it was (%s)', async (end, expected) => {
+    const images = join(dir, `sibling-${end.replace(' ', '-')}`);
+    mkdirSync(images);
+    const criu = findCriu(join(ROOT, 'build', 'test', 'sibling_restore'));
+    process.env.SIBLING_END = end;
+    try {
+      const { done } = await criuRestoreTree(criu, images, images, { ...options, detach: false });
+      expect(await done).toEqual(expected);
+    } finally {
+      delete process.env.SIBLING_END;
+    }
+  });
+
+  it('an attached restore ends as a shell reports its job: the code, 128 + N for signal N, 1 and why when not known', () => {
+    const as = (end: Partial<ProcessRestoreSummary>) => restoredJobStatus({ pid: 42, exitCode: null, signal: null, signalNumber: null, ...end } as ProcessRestoreSummary);
+    expect(as({ exitCode: 3 })).toBe(3);
+    expect(as({ exitCode: 0 })).toBe(0);
+    expect(as({ signal: 'SIG40', signalNumber: 40 })).toBe(168);
+    const write = process.stderr.write;
+    let said = '';
+    process.stderr.write = ((t: string) => ((said += t), true)) as typeof process.stderr.write;
+    try {
+      expect(as({})).toBe(1);
+    } finally {
+      process.stderr.write = write;
+    }
+    expect(said).toBe('gpuckpt: process 42 has ended, its exit status unknown: CRIU did not make it a child of gpuckpt (run through a wrapper?)\n');
   });
 });

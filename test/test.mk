@@ -85,7 +85,12 @@ $(T)/plugin_host: test/fake-criu/plugin_host.c native/criu-plugin/criu_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -rdynamic -o $@ $< -ldl
 
-TEST_BINS := $(T)/plugin_host $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
+# A `criu restore --restore-sibling` that makes the root a child of its caller.
+$(T)/sibling_restore: test/fake-criu/sibling_restore.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -o $@ $<
+
+TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)

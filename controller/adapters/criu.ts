@@ -6,12 +6,12 @@
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { constants, release } from 'node:os';
+import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
-import { runningStartTime } from './processes.js';
+import { exitOf, waitChildEnd, type ChildExit } from './processes.js';
 import { logsDir } from './run-dir.js';
-import { native, packageRoot } from '../../native/index.js';
+import { packageRoot } from '../../native/index.js';
 
 export interface Criu {
   path: string;
@@ -134,9 +134,6 @@ function criuRestore(
   return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env: criuEnv(criu) });
 }
 
-/** How a process that CRIU restored attached ended (null and null: a CRIU that did not make it a child, so its status is unknown). */
-export type ChildExit = { code: number | null; signal: string | null };
-
 /**
  * `criu restore` of the image's dir: returns once CRIU is done and the
  * processes run, with, attached, the end of the tree's root to come. Not
@@ -150,24 +147,14 @@ export async function criuRestoreTree(
   opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[]; args: string[] },
 ): Promise<{ done: Promise<ChildExit> }> {
   const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const exit = await new Promise<ChildExit>((res) => criuRestore(criu, dir, { ...opts, pidFile }).on('exit', (code, signal) => res({ code, signal })));
+  const exit = await new Promise<ChildExit>((res) => criuRestore(criu, dir, { ...opts, pidFile }).on('exit', (code, signal) => res(exitOf(code, signal))));
   const root = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : 0;
   rmSync(pidFile, { force: true });
-  if (exit.code !== 0 || !(root > 0))
+  if (exit.code !== 0 || !(root > 0)) {
+    // A root CRIU made (and killed) as our child would stay a zombie holding its PID.
+    if (root > 0 && !opts.detach) void waitChildEnd(root).catch(() => undefined);
     throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
-  // Wrapped: an async function returning the promise itself would wait for it.
-  return { done: opts.detach ? Promise.resolve(exit) : endOfChild(root) };
-}
-
-/** The end of pid, a child libuv did not start; when it is not a child after all, its end alone. */
-async function endOfChild(pid: number): Promise<ChildExit> {
-  try {
-    const end = await native().waitChild(pid);
-    const signal = end.signal === null ? null : (Object.entries(constants.signals).find(([, n]) => n === end.signal)?.[0] ?? `signal ${end.signal}`);
-    return { code: end.code, signal };
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ECHILD') throw e;
-    while (runningStartTime(pid) !== undefined) await new Promise((r) => setTimeout(r, 100));
-    return { code: null, signal: null };
   }
+  // Wrapped: an async function returning the promise itself would wait for it.
+  return { done: opts.detach ? Promise.resolve(exit) : waitChildEnd(root) };
 }

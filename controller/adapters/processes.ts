@@ -1,7 +1,9 @@
 /** Facts about other processes, read from /proc; and the first word of a helper we start. */
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { constants } from 'node:os';
 import { GpuckptError } from '../base/errors.js';
+import { native } from '../../native/index.js';
 
 export function isAlive(pid: number): boolean {
   try {
@@ -118,6 +120,34 @@ export function killProcess(pid: number): void {
     process.kill(pid, 'SIGKILL');
   } catch {
     // ESRCH: it ended on its own
+  }
+}
+
+/** How a process ended: its exit code, or the signal that ended it (name and number); all null when that is not known. */
+export type ChildExit = { code: number | null; signal: string | null; signalNumber: number | null };
+
+/** A ChildExit from what Node or waitid reports. */
+export function exitOf(code: number | null, signal: string | number | null): ChildExit {
+  if (signal === null) return { code, signal: null, signalNumber: null };
+  if (typeof signal === 'string') return { code: null, signal, signalNumber: constants.signals[signal as NodeJS.Signals] ?? null };
+  return { code: null, signal: Object.entries(constants.signals).find(([, n]) => n === signal)?.[0] ?? `SIG${signal}`, signalNumber: signal };
+}
+
+/**
+ * The end of pid, a child of this process that libuv did not start (the
+ * root of a tree CRIU restored as our sibling's). When it is not a child
+ * after all (a CRIU run through a wrapper such as sudo), its end alone:
+ * the status is then not known.
+ */
+export async function waitChildEnd(pid: number): Promise<ChildExit> {
+  const started = runningStartTime(pid);
+  try {
+    const end = await native().waitChild(pid);
+    return exitOf(end.code, end.signal);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ECHILD') throw new GpuckptError('INTERNAL', `cannot wait for process ${pid}: ${(e as Error).message}`);
+    while (started !== undefined && runningStartTime(pid) === started) await new Promise((r) => setTimeout(r, 100));
+    return { code: null, signal: null, signalNumber: null };
   }
 }
 

@@ -12,8 +12,11 @@ export class PhaseClock {
   readonly phases: Phases = {};
   private last: number;
 
-  /** since: where the first phase began (default: now); what names the command in the trace. */
-  constructor(since = performance.now(), private readonly what = 'command') {
+  /** what: the command, in the trace; since: where the first phase began (default: now). */
+  constructor(
+    private readonly what: string,
+    since = performance.now(),
+  ) {
     this.last = since;
   }
 

@@ -83,7 +83,7 @@ export async function checkpointLeavingRunning(
   opts: CheckpointOptions,
 ): Promise<LeftRunning | { whyNot: string }> {
   const t0 = performance.now();
-  const clock = new PhaseClock(performance.now(), 'checkpoint --leave-running');
+  const clock = new PhaseClock('checkpoint --leave-running');
   const session = await ShimSession.open(pid);
   let fds: number[][] = [];
   try {

@@ -201,7 +201,7 @@ export class ImageWriter {
     if (this.failure) await this.failedAlready();
     this.assertOpen('commit');
     this.state = 'committing';
-    const clock = new PhaseClock(performance.now(), 'image writer');
+    const clock = new PhaseClock('image writer');
     try {
       await Promise.all(this.inFlight);
       clock.mark('appends');

@@ -91,7 +91,7 @@ const LAYOUT_TRIES = 3;
 
 export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?: number } = {}): Promise<GpuSnapshotSummary> {
   const t0 = performance.now();
-  const clock = new PhaseClock(performance.now(), 'snapshot on the GPU');
+  const clock = new PhaseClock('snapshot on the GPU');
   const started = startTime(pid);
   if (!started) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
   const session = await ShimSession.open(pid);

@@ -161,7 +161,7 @@ export async function checkpointProcess(
   // Each member's pool image: the first at work, the others beside it
   // until CRIU has dumped the tree (then under work/members/).
   const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
-  const clock = new PhaseClock(t0, 'checkpoint');
+  const clock = new PhaseClock('checkpoint', t0);
   clock.mark('checks');
   const suspendStart = performance.now();
   // The ranks at one collective boundary, their communicators torn down:
@@ -281,9 +281,10 @@ export interface ProcessRestoreSummary {
   cleanupSeconds: number;
   /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
   phases: Phases;
-  /** Without --detach: the application's exit status once it ends. */
+  /** Without --detach: the application's exit status once it ends (all null: not known, see waitChildEnd). */
   exitCode?: number | null;
   signal?: string | null;
+  signalNumber?: number | null;
 }
 
 export async function restoreProcess(
@@ -322,7 +323,7 @@ export async function restoreProcess(
       checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
     });
     fds = restoreFds(dir, info);
-    const clock = new PhaseClock(t0, 'restore');
+    const clock = new PhaseClock('restore', t0);
     clock.mark('checks');
 
     // The pool images are decompressed while CRIU brings the processes back.
@@ -379,6 +380,7 @@ export async function restoreProcess(
       const end = await waitAsForeground(restored.done, info.pid);
       summary.exitCode = end.code;
       summary.signal = end.signal;
+      summary.signalNumber = end.signalNumber;
     }
     return summary;
   } catch (e) {

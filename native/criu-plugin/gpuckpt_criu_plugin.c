@@ -10,7 +10,8 @@
  * has exited. At RESUME_DEVICES_LATE (the restored process still stopped) a
  * helper opens the image and starts loading it, says so, and resumes the
  * process once CRIU releases it. A process not under gpuckpt is not ours:
- * -ENOTSUP, for the next plugin. 0 or -errno, as CRIU's hooks want. */
+ * -ENOTSUP, for the next plugin; so is every process when gpuckpt runs CRIU
+ * itself. 0 or -errno, as CRIU's hooks want. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -269,7 +270,8 @@ static int resume_devices_late(int pid)
 static int plugin_init(int s)
 {
     stage = s;
-    gpuckpt_runs_criu = getenv("GPUCKPT_RUNS_CRIU") != NULL;
+    const char *runs = getenv("GPUCKPT_RUNS_CRIU");
+    gpuckpt_runs_criu = runs && !strcmp(runs, "1");
     criu_pid = getpid();
     npaused = 0;
     if (s == CRIU_STAGE_RESTORE && check_and_remove_inventory_plugin)

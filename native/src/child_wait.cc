@@ -4,55 +4,45 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <thread>
+
+#include "js_values.h"
+
 namespace gpuckpt {
 
 namespace {
 
-class ChildWaitWorker : public Napi::AsyncWorker {
- public:
-  ChildWaitWorker(Napi::Env env, pid_t pid)
-      : Napi::AsyncWorker(env, "gpuckpt.waitChild"), deferred_(Napi::Promise::Deferred::New(env)), pid_(pid) {}
-
-  Napi::Promise Promise() { return deferred_.Promise(); }
-
- protected:
-  void Execute() override {
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    while (waitid(P_PID, pid_, &si, WEXITED) != 0) {
-      if (errno != EINTR) {
-        errno_ = errno;
-        return;
-      }
-    }
-    exited_ = si.si_code == CLD_EXITED;
-    status_ = si.si_status;
-  }
-
-  void OnOK() override {
-    Napi::Env env = Env();
-    if (errno_) {
-      const char* name = strerrorname_np(errno_);
-      Napi::Error e = Napi::Error::New(env, std::string(name ? name : "EIO") + ": " + strerror(errno_) + ", waitid");
-      e.Set("code", Napi::String::New(env, name ? name : "EIO"));
-      deferred_.Reject(e.Value());
-      return;
-    }
-    Napi::Object end = Napi::Object::New(env);
-    end.Set("code", exited_ ? Napi::Value(Napi::Number::New(env, status_)) : env.Null());
-    end.Set("signal", exited_ ? env.Null() : Napi::Value(Napi::Number::New(env, status_)));
-    deferred_.Resolve(end);
-  }
-
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  Napi::Promise::Deferred deferred_;
-  pid_t pid_;
-  int errno_ = 0;
-  bool exited_ = false;
-  int status_ = 0;
+struct ChildEnd {
+  int err = 0;
+  bool exited = false;
+  int status = 0;
 };
+
+ChildEnd Reap(pid_t pid) {
+  ChildEnd end;
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  while (waitid(P_PID, pid, &si, WEXITED) != 0) {
+    if (errno != EINTR) {
+      end.err = errno;
+      return end;
+    }
+  }
+  end.exited = si.si_code == CLD_EXITED;
+  end.status = si.si_status;
+  return end;
+}
+
+void Settle(Napi::Env env, Napi::Promise::Deferred* deferred, const ChildEnd& end) {
+  if (end.err) {
+    deferred->Reject(ErrnoError(env, "waitid", end.err).Value());
+    return;
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("code", end.exited ? Napi::Value(Napi::Number::New(env, end.status)) : env.Null());
+  o.Set("signal", end.exited ? env.Null() : Napi::Value(Napi::Number::New(env, end.status)));
+  deferred->Resolve(o);
+}
 
 }  // namespace
 
@@ -62,10 +52,21 @@ Napi::Value WaitChild(const Napi::CallbackInfo& info) {
     Napi::TypeError::New(env, "waitChild(pid)").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  auto* w = new ChildWaitWorker(env, info[0].As<Napi::Number>().Int32Value());
-  Napi::Promise p = w->Promise();
-  w->Queue();
-  return p;
+  pid_t pid = info[0].As<Napi::Number>().Int32Value();
+  auto* deferred = new Napi::Promise::Deferred(Napi::Promise::Deferred::New(env));
+  Napi::Promise promise = deferred->Promise();
+  // Keeps the event loop alive until the child has ended, as a wait should.
+  auto tsfn = Napi::ThreadSafeFunction::New(env, Napi::Function::New(env, [](const Napi::CallbackInfo&) {}), "gpuckpt.waitChild", 0, 1);
+  std::thread([tsfn, pid, deferred]() mutable {
+    auto* end = new ChildEnd(Reap(pid));
+    tsfn.BlockingCall(end, [deferred](Napi::Env env, Napi::Function, ChildEnd* e) {
+      Settle(env, deferred, *e);
+      delete e;
+      delete deferred;
+    });
+    tsfn.Release();
+  }).detach();
+  return promise;
 }
 
 }  // namespace gpuckpt

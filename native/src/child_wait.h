@@ -9,8 +9,9 @@
 namespace gpuckpt {
 
 // waitChild(pid): Promise<{ code: number | null, signal: number | null }>,
-// reaping pid with waitid on a thread of libuv's pool (a command waiting for
-// its job does nothing else). Rejects with code 'ECHILD' when pid is not a
+// reaping pid with waitid on a thread of its own: the job may run for days,
+// and a thread of libuv's pool held that long would be missed by the
+// restore's own requests. Rejects with code 'ECHILD' when pid is not a
 // child of this process.
 Napi::Value WaitChild(const Napi::CallbackInfo& info);
 
