@@ -88,6 +88,23 @@ async function progresses(job: Job): Promise<boolean> {
   return false;
 }
 
+describe('a job of eight ranks, as on an 8-GPU host', () => {
+  it('suspend and resume: every rank is held, and the communicators are made again', async () => {
+    // Each rank's rebuild request waits for the others on a thread of libuv's
+    // pool: with its default 4 threads, the resume hung until NCCL's timeout.
+    const job = await startJob('wide', ['launch', '8', '100000', '20']);
+    expect(job.ranks()).toHaveLength(8);
+    const s = cli(['suspend', 'wide', '--json']);
+    expect(s.stderr).toBe('');
+    expect(json(s.stdout)).toMatchObject({ members: job.ranks(), communicators: 1 });
+    const r = cli(['resume', 'wide', '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(await progresses(job)).toBe(true);
+    endJob(job);
+  });
+});
+
 describe('a job of two ranks', () => {
   it('every verb on the whole job, by name or launcher PID: losses equal an uninterrupted run', async () => {
     const args = ['launch', '2', '150', '25'];
