@@ -89,18 +89,32 @@ async function progresses(job: Job): Promise<boolean> {
 }
 
 describe('a job of eight ranks, as on an 8-GPU host', () => {
-  it('suspend and resume: every rank is held, and the communicators are made again', async () => {
+  it('suspend and resume, a live image of every rank, checkpoint --leave-running and checkpoint: the job as one', { timeout: 120_000 }, async () => {
     // Each rank's rebuild request waits for the others on a thread of libuv's
     // pool: with its default 4 threads, the resume hung until NCCL's timeout.
     const job = await startJob('wide', ['launch', '8', '100000', '20']);
-    expect(job.ranks()).toHaveLength(8);
+    const ranks = job.ranks();
+    expect(ranks).toHaveLength(8);
     const s = cli(['suspend', 'wide', '--json']);
     expect(s.stderr).toBe('');
-    expect(json(s.stdout)).toMatchObject({ members: job.ranks(), communicators: 1 });
+    expect(json(s.stdout)).toMatchObject({ members: ranks, communicators: 1 });
     const r = cli(['resume', 'wide', '--json']);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(await progresses(job)).toBe(true);
+    const g = cli(['checkpoint', 'wide', '--gpu-only', '-o', box.path('wide-g'), '--json']);
+    expect(g.stderr).toBe('');
+    expect(json(g.stdout)).toMatchObject({ members: ranks, communicators: 1 });
+    expect(readdirSync(join(box.path('wide-g'), 'members'))).toHaveLength(7);
+    expect(await progresses(job)).toBe(true);
+    const l = cli(['checkpoint', 'wide', '-o', box.path('wide-l'), '--leave-running', '--json']);
+    expect(l.stderr).toBe('');
+    expect(json(l.stdout)).toMatchObject({ members: ranks, leftRunning: true });
+    expect(await progresses(job)).toBe(true);
+    const c = cli(['checkpoint', 'wide', '-o', box.path('wide-c'), '--json']);
+    expect(c.stderr).toBe('');
+    expect(json(c.stdout)).toMatchObject({ members: ranks, leftRunning: false });
+    expect(readdirSync(join(box.path('wide-c'), 'members'))).toHaveLength(7);
     endJob(job);
   });
 });
