@@ -11,13 +11,13 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { restoredJobStatus } from '../cli/output.js';
 import { criuRestoreTree, findCriu } from '../controller/adapters/criu.js';
 import type { ProcessRestoreSummary } from '../controller/verbs/process-image.js';
-import { ROOT } from './helpers/e2e.js';
+import { eventually, ROOT } from './helpers/e2e.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-restore-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -71,6 +71,22 @@ describe('criu restore', () => {
     } finally {
       delete process.env.SIBLING_END;
     }
+  });
+
+  it('attached, failing after the root was made: the root is ended and reaped, its PID free', async () => {
+    const images = join(dir, 'sibling-failed');
+    mkdirSync(images);
+    const criu = findCriu(join(ROOT, 'build', 'test', 'sibling_restore'));
+    Object.assign(process.env, { SIBLING_FAIL: '1', SIBLING_AFTER_MS: '30000', SIBLING_PID_COPY: join(images, 'root-seen') });
+    try {
+      await expect(criuRestoreTree(criu, images, images, { ...options, detach: false })).rejects.toThrow(/^criu restore of .* failed/);
+    } finally {
+      delete process.env.SIBLING_FAIL;
+      delete process.env.SIBLING_AFTER_MS;
+      delete process.env.SIBLING_PID_COPY;
+    }
+    const root = Number(readFileSync(join(images, 'root-seen'), 'utf8'));
+    expect(await eventually(() => !existsSync(`/proc/${root}`))).toBe(true); // neither running nor a zombie
   });
 
   it('an attached restore ends as a shell reports its job: the code, 128 + N for signal N, 1 and why when not known', () => {

@@ -9,7 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync,
 import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
-import { exitOf, waitChildEnd, type ChildExit } from './processes.js';
+import { exitOf, killProcess, reapIfChild, waitChildEnd, type ChildExit } from './processes.js';
 import { logsDir } from './run-dir.js';
 import { packageRoot } from '../../native/index.js';
 
@@ -151,8 +151,12 @@ export async function criuRestoreTree(
   const root = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : 0;
   rmSync(pidFile, { force: true });
   if (exit.code !== 0 || !(root > 0)) {
-    // A root CRIU made (and killed) as our child would stay a zombie holding its PID.
-    if (root > 0 && !opts.detach) void waitChildEnd(root).catch(() => undefined);
+    // A root CRIU made as our child: ended (CRIU's failure ends the tree, as
+    // it should here), and reaped rather than left a zombie holding its PID.
+    if (root > 0 && !opts.detach) {
+      killProcess(root);
+      reapIfChild(root);
+    }
     throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
   }
   // Wrapped: an async function returning the promise itself would wait for it.

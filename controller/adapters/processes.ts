@@ -151,6 +151,13 @@ export async function waitChildEnd(pid: number): Promise<ChildExit> {
   }
 }
 
+/** Reaps pid once it ends if it is a child of this process (a restored root CRIU killed); nothing otherwise. */
+export function reapIfChild(pid: number): void {
+  native()
+    .waitChild(pid)
+    .catch(() => undefined);
+}
+
 /**
  * Waits for done, the end of pid (a job this command runs attached), as a
  * shell waits for a foreground job: a terminal's Ctrl-C or Ctrl-\ is the job's to act on, not this

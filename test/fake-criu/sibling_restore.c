@@ -6,8 +6,10 @@
  *   sibling_restore --version            "Version: 4.1.1"
  *   sibling_restore restore ... --pidfile F ... --restore-detached --restore-sibling ...
  * The root waits SIBLING_AFTER_MS (default 300), then ends as SIBLING_END
- * says: "exit N" or "signal N". Without both flags it refuses, as CRIU
- * refuses --restore-sibling without --restore-detached. */
+ * says: "exit N" or "signal N". SIBLING_FAIL=1: the restore fails after the
+ * root was made (exit 1, the root left to its caller); SIBLING_PID_COPY:
+ * a file that gets the root's PID too. Without both flags
+ * it refuses, as CRIU refuses --restore-sibling without --restore-detached. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <signal.h>
@@ -56,5 +58,8 @@ int main(int argc, char **argv)
     FILE *f = fopen(pidfile, "w");
     if (!f || fprintf(f, "%ld\n", pid) < 0 || fclose(f))
         return 1;
-    return 0;
+    const char *copy = getenv("SIBLING_PID_COPY"); /* the pidfile goes with the restore */
+    if (copy && (!(f = fopen(copy, "w")) || fprintf(f, "%ld\n", pid) < 0 || fclose(f)))
+        return 1;
+    return getenv("SIBLING_FAIL") ? 1 : 0;
 }
