@@ -233,7 +233,9 @@ describe('refused before anything is touched', () => {
 
 describe('the controller killed', () => {
   it('at random points of a job suspend: every rank runs on, or resume brings the job back', async () => {
-    const args = ['launch', '2', '600', '10'];
+    // Long enough to outlive the eight rounds (three commands each): with 600
+    // steps the job could end before the last, and a round then saw no step.
+    const args = ['launch', '2', '2000', '10'];
     const job = await startJob('killed', args);
     for (let round = 0; round < 8; round++) {
       const child = box.cliAsync(['suspend', 'killed'], env);
