@@ -800,12 +800,18 @@ function launchViaFifo(prog, args = []) {
     }
   };
   /** `step` names the point of the scenario in a failure. */
-  const send = async (cmd, expect, ms = 60_000, step = cmd) => {
-    try {
-      fs.writeSync(w, cmd + '\n');
-    } catch (e) {
-      // EPIPE: the program is gone; say what it printed last.
-      throw failure(`${cmd}: cannot write to the program (${e.code ?? e.message}): it has ended`, errTail());
+  /** `readerMs`: how long an EPIPE may mean that the program is being
+   * restored and has not opened its stdin yet (CRIU gives it its pid first). */
+  const send = async (cmd, expect, ms = 60_000, step = cmd, readerMs = 0) => {
+    for (const t0 = Date.now(); ; await sleep(50)) {
+      try {
+        fs.writeSync(w, cmd + '\n');
+        break;
+      } catch (e) {
+        if (e.code === 'EPIPE' && Date.now() - t0 < readerMs) continue;
+        // The program is gone; say what it printed last.
+        throw failure(`${step}: cannot write to the program (${e.code ?? e.message}): it has ended`, errTail());
+      }
     }
     const e = await nextLine(step, ms);
     if (e.event !== expect) throw failure(`${step}: got ${JSON.stringify(e).slice(0, 200)}`);
@@ -863,8 +869,7 @@ async function processScenario(name, prog) {
     const uuids = gpuUuids();
     const args = ['restore', path.join(dir, 'B'), ...(uuids.length >= 2 ? ['--device', '1'] : [])];
     const attached = runCli(args, 300_000, { GPUCKPT_LOG: 'debug' });
-    for (let i = 0; i < 600 && !alive(pid); i++) await sleep(50);
-    const second = await send('state', 'state', 60_000, 'state after the second restore').catch((e) => {
+    const second = await send('state', 'state', 60_000, 'state after the second restore', 60_000).catch((e) => {
       throw failure(e.message, [...(e.diag ?? []), '  the attached restore so far:', ...tail(attached.stderrSoFar(), 20)]);
     });
     expectSame(second.buffers, R, 'state after the second restore of the same image');
