@@ -79,7 +79,7 @@ describe('suspend and resume', () => {
     const { app, ready } = await start();
     const s = cli(['suspend', String(app.pid)], { GPUCKPT_LOG: 'debug' });
     expect(s.code).toBe(0);
-    const phases = (text: string, what: string) => [...text.matchAll(new RegExp(`^gpuckpt\\[\\d+\\] ${what}: (\\w+) done in \\d+\\.\\d{3} s$`, 'gm'))].map((m) => m[1]);
+    const phases = (text: string, what: string) => [...text.matchAll(new RegExp(`^gpuckpt\\[\\d+\\] ${what} \\d+: (\\w+) done in \\d+\\.\\d{3} s$`, 'gm'))].map((m) => m[1]);
     expect(phases(s.stderr, 'suspend')).toEqual(expect.arrayContaining(['connect', 'checks', 'copy', 'release']));
     const r = cli(['resume', String(app.pid)], { GPUCKPT_LOG: 'debug' });
     expect(r.code).toBe(0);

@@ -144,10 +144,11 @@ export async function writePoolImage(
   release: (staged: Staged) => Promise<unknown>,
 ): Promise<CheckpointSummary> {
   const t0 = performance.now();
-  const clock = new PhaseClock('pool image');
-  // Within setup: which of its steps a fixed cost (an incremental image's) comes from.
-  const setupClock = new PhaseClock('pool image set-up');
   const pid = session.pid;
+  // Named by process: a job's members trace at once.
+  const clock = new PhaseClock(`pool image ${pid}`);
+  // Within setup: which of its steps a fixed cost (an incremental image's) comes from.
+  const setupClock = new PhaseClock(`pool image set-up ${pid}`);
   let writer: ImageWriter | undefined;
   let codecs: CodecPool | undefined;
   let staging: StagingMemory | undefined;
@@ -394,7 +395,7 @@ async function copyAndCompress(
 
   const snapshot = opts.snapshot;
   const pauseStart = performance.now();
-  const pauseClock = new PhaseClock('pool image pause');
+  const pauseClock = new PhaseClock(`pool image pause ${session.pid}`);
   const q = snapshot ? { drainNs: 0, syncNs: 0 } : await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS);
   pauseClock.mark('quiesce');
   // True until release() is called: the finally must then let the application go.

@@ -115,7 +115,7 @@ export async function suspendProcess(pid: number, opts: SuspendOptions = {}): Pr
 
 async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<SuspendSummary, 'driverKept'>> {
   const t0 = performance.now();
-  const clock = new PhaseClock('suspend');
+  const clock = new PhaseClock(`suspend ${pid}`);
   const holdDir = defaultHoldDir(pid);
   const session = await ShimSession.open(pid);
   clock.mark('connect');
@@ -303,7 +303,7 @@ export async function resumeProcess(
   opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string; loader?: PoolLoader } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
-  const clock = new PhaseClock('resume');
+  const clock = new PhaseClock(`resume ${pid}`);
   const session = await ShimSession.open(pid);
   clock.mark('connect');
   // Opened here and closed here; a loader (and its reader) the caller gave stays the caller's.
