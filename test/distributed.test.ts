@@ -175,6 +175,22 @@ describe('a job of two ranks', () => {
   });
 });
 
+describe('a checkpoint that fails after the dump', () => {
+  it("its image not made complete while CRIU waits: every rank resumed from its pool image, the job trains on, no image", async () => {
+    const args = ['launch', '2', '400', '10'];
+    const job = await startJob('ddp-unsynced', args);
+    const [r0, r1] = job.ranks();
+    const out = box.path('unsynced');
+    // Failed after the second rank's pool image went into the job's image (members/PID).
+    const c = cli(['checkpoint', String(job.pid), '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' });
+    expect(c.stderr).toMatch(new RegExp(`^gpuckpt: cannot make CRIU's files durable: injected fault at criu-sync .*; processes ${r0}, ${r1} resumed\\n$`));
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+    expect(await job.ended).toBe(0);
+    expect(job.steps().sort()).toEqual(reference(args));
+  });
+});
+
 describe('refused before anything is touched', () => {
   it('one rank alone, by every verb: one line, the job trains on', async () => {
     const job = await startJob('alone', ['launch', '2', '2000', '10']);

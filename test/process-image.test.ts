@@ -9,7 +9,6 @@ import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
-import { removeStaleTempDirs } from '../controller/image/index.js';
 import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, ROOT } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
@@ -18,6 +17,15 @@ const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK
 const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
 const psRow = (pid: number) => json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
 const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+/** Whether cond held within ms, asked every 10 ms (a failed read counts as not yet). */
+async function within(ms: number, cond: () => boolean): Promise<boolean> {
+  for (const t0 = Date.now(); Date.now() - t0 < ms; await new Promise((r) => setTimeout(r, 10))) {
+    try {
+      if (cond()) return true;
+    } catch {}
+  }
+  return false;
+}
 
 /** A checkpoint that failed after the pause: nothing at out, no working directory left, the process running with its data. */
 async function expectNoImageStillRunning(app: Awaited<ReturnType<typeof start>>['app'], ready: Awaited<ReturnType<typeof start>>['ready'], out: string): Promise<void> {
@@ -165,22 +173,37 @@ describe('whole-process checkpoint', () => {
     await expectNoImageStillRunning(app, ready, out);
   });
 
-  it('CRIU files that cannot be made durable after CRIU ended the process: the image is kept, owned by the process, and named', async () => {
-    const { app } = await start();
-    const out = box.path('kept');
+  it('CRIU files that cannot be made durable: CRIU has not ended the process, which resumes with its data; no image', async () => {
+    const { app, ready } = await start();
+    const out = box.path('unsynced-ended');
     const r = cli(['checkpoint', String(app.pid), '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' });
     expect(r.code).toBe(1);
-    const m = new RegExp(`^gpuckpt: cannot make CRIU's files durable: .*; process ${app.pid} is gone; its image is kept, not known durable, at (.*\\.kept\\.gpuckpt-tmp-${app.pid}-[0-9a-f]+)$`).exec(r.stderr.trimEnd());
-    expect(m).not.toBeNull();
-    oneLine(r.stderr);
+    expect(r.stderr).toMatch(new RegExp(`^gpuckpt: cannot make CRIU's files durable: injected fault at criu-sync .*; process ${app.pid} resumed\n$`));
+    // The gate said no: the fake CRIU, which stands for CRIU's end of the tree by a SIGSTOP, did not stop it.
+    await expectNoImageStillRunning(app, ready, out);
+  });
+
+  it('the controller killed while CRIU waits at its gate: the process runs on, held, and resume brings it back with its data', async () => {
+    const { app, ready } = await start();
+    const out = box.path('killed-at-gate');
+    const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], env);
+    const exited = new Promise((r) => child.on('exit', r));
+    // Stopped as soon as CRIU dumps (not at its --version), so that it cannot answer; CRIU then reaches its gate.
+    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+    expect(await within(20_000, runsCriu)).toBe(true);
+    process.kill(child.pid!, 'SIGSTOP');
+    const atGate = () => readdirSync(box.runDir).some((n) => n.startsWith('criu-gate-') && existsSync(join(box.runDir, n, 'dumped')));
+    expect(await within(20_000, atGate)).toBe(true);
+    child.kill('SIGKILL');
+    await exited;
     expect(existsSync(out)).toBe(false);
-    expect(readdirSync(join(m![1]!, 'criu'))).toContain('fake-criu.json');
-    // The fake CRIU only stopped the process: while it lives, its directory is not stale.
-    expect(await removeStaleTempDirs(box.dir)).toEqual([]);
-    expect(existsSync(m![1]!)).toBe(true);
-    // The real CRIU ends it; a stopped process would hang other tests' `gpuckpt ps`.
-    process.kill(app.pid, 'SIGKILL');
-    await app.quit();
+    expect(await within(20_000, () => psRow(app.pid)?.poolState === 'suspended')).toBe(true);
+    const r = cli(['resume', String(app.pid)]);
+    expect(r.stderr).toBe('');
+    expect(psRow(app.pid).poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    // The half image it was held in went with the resume.
+    expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
   });
 
   it('restore refuses a --gpu-only image without --into', async () => {

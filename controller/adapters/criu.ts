@@ -9,6 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync,
 import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
+import { DumpGate } from './criu-gate.js';
 import { exitOf, killProcess, reapIfChild, waitChildEnd, type ChildExit } from './processes.js';
 import { logsDir } from './run-dir.js';
 import { packageRoot } from '../../native/index.js';
@@ -99,9 +100,56 @@ export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRun
   const args = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...opts.args];
   if (opts.leaveRunning) args.push('--leave-running');
   const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', env: criuEnv(criu) });
-  if (r.status !== 0) {
-    const log = join(dir, 'dump.log');
-    throw new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : (r.stderr || r.error?.message || '').trim().split('\n')[0]} (log: ${keepLog(log, `dump-${root}`)})`);
+  if (r.status !== 0) throw dumpFailed(root, dir, r.stderr || r.error?.message || '');
+}
+
+function dumpFailed(root: number, dir: string, stderr: string): GpuckptError {
+  const log = join(dir, 'dump.log');
+  return new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : stderr.trim().split('\n')[0]} (log: ${keepLog(log, `dump-${root}`)})`);
+}
+
+/**
+ * `criu dump` of root's tree, which CRIU then ends, but only once
+ * whenDumped (run when CRIU has written its files, the tree still frozen)
+ * has made the image complete; if that fails, or this process dies
+ * meanwhile, CRIU lets the tree run on (criu-gate.ts) and the failure is
+ * thrown. A CRIU failure is thrown as criuDump's; the tree runs on then too.
+ * Resolves with a note when CRIU failed after the image was complete.
+ */
+export async function criuDumpGated(criu: Criu, root: number, dir: string, args: string[], whenDumped: () => Promise<void>): Promise<string | undefined> {
+  const gate = DumpGate.open();
+  try {
+    const child = spawn(criu.path, ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...args, '--action-script', gate.script], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: criuEnv(criu),
+    });
+    let stderr = '';
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    let exited: ChildExit | undefined;
+    const ended = new Promise<ChildExit>((resolve) => {
+      child.once('error', (e) => ((stderr += e.message), resolve((exited = exitOf(null, null)))));
+      child.once('close', (code, signal) => resolve((exited = exitOf(code, signal))));
+    });
+    // The script says when CRIU has written its files: polled, a few ms at most.
+    while (!exited && !gate.reached) await new Promise((r) => setTimeout(r, 5));
+    if (!gate.reached) {
+      if (exited!.code !== 0) throw dumpFailed(root, dir, stderr);
+      // A CRIU that ran no post-dump script has ended the tree already.
+      await whenDumped();
+      return undefined;
+    }
+    let failure: unknown;
+    try {
+      await whenDumped();
+    } catch (e) {
+      failure = e;
+    }
+    gate.answer(failure === undefined);
+    const end = await ended;
+    if (failure !== undefined) throw failure;
+    return end.code === 0 ? undefined : `criu dump ended with ${end.signal ?? `status ${end.code}`} after the image was complete: ${dumpFailed(root, dir, stderr).message}`;
+  } finally {
+    gate.close();
   }
 }
 

@@ -18,7 +18,7 @@
  * A migrate (migrate.ts) is a suspend onto another GPU and a resume there.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions, type Staged } from './pool-image.js';
 import { driverFreeze, driverState, driverThaw, type GpuPair } from '../adapters/driver-checkpoint.js';
 import { endDriverKeeper, startDriverKeeper } from '../adapters/driver-keeper.js';
@@ -28,7 +28,7 @@ import { loadDigestKernels } from './block-digests.js';
 import type { FrameworkUse } from './framework-free.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
-import { ImageReader } from '../image/index.js';
+import { ImageReader, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { Progress } from '../base/progress.js';
@@ -376,6 +376,8 @@ export async function resumeProcess(
     endDriverKeeper(pid); // the application holds the driver again
     // Held in memory, the layout's directory is the hold directory: removed whole.
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
+    // Held in a checkpoint's working directory (its controller died while CRIU waited): half an image, not to be kept.
+    else if (!opts.keepImage && tempDirOwner(basename(where)) === pid) rmSync(where, { recursive: true, force: true });
     return {
       pid,
       image: where,

@@ -20,7 +20,7 @@
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { criuDump, criuRestoreTree, findCriu } from '../adapters/criu.js';
+import { criuDump, criuDumpGated, criuRestoreTree, findCriu } from '../adapters/criu.js';
 import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
 import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
@@ -138,7 +138,7 @@ export async function checkpointProcess(
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
       const packed = await pack().finally(() => packer?.close());
-      const syncSeconds = await makeDurable(work, pid, true);
+      const syncSeconds = await makeDurable(work, pid, 'running');
       await publishImage(work, target, !!opts.force);
       if (left.image.framework) notes.push(describeFrameworkUse(left.image.framework));
       return summaryOf({
@@ -183,47 +183,71 @@ export async function checkpointProcess(
   cut?.close();
   const d0 = performance.now();
   if (!opts.rawCriuPages) packer = new CodecPool(opts.workers);
-  let dumpSeconds: number;
+  let dumpSeconds = 0;
+  let syncSeconds = 0;
   let resumeFailure: unknown;
-  let runsAgain: number;
-  let packed: { criuPages?: PagesSummary };
-  try {
-    try {
-      mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
-      criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: !!opts.leaveRunning, args: dump.args });
-      writeProcessInfo(join(work, CRIU_DIR), info);
-    } catch (e) {
-      // The processes are still there (frozen): bring them back, then drop the
-      // half image (kept if a process could not come back: it holds its data).
-      const stays = await resumeAfterFailure(images);
-      if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
-      const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
-      throw new GpuckptError('CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
-    }
+  let runsAgain = 0;
+  let packed: { criuPages?: PagesSummary } = {};
+  const dumped = () => {
     dumpSeconds = (performance.now() - d0) / 1000;
     clock.mark('dump');
-    resumeFailure = opts.leaveRunning ? (await resumeMembers(images)).find((f) => f !== undefined) : undefined;
-    if (opts.leaveRunning && !resumeFailure && comms.length) {
-      const why = await rebuildJob(plan.members);
-      if (why) resumeFailure = new GpuckptError('NCCL_FAILED', `the job of process ${pid}: ${why}`);
-    }
-    runsAgain = performance.now();
-    if (opts.leaveRunning) clock.mark('resume');
+    writeProcessInfo(join(work, CRIU_DIR), info);
+  };
+  /** CRIU's files and every member's pool image made one image, durable, under its name; after: where the tree is meanwhile (makeDurable). */
+  const complete = async (after: After) => {
     if (others.length) {
       mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
-      for (const m of others) renameSync(images.get(m)!, join(work, memberImageDir(m)));
+      for (const m of others) {
+        renameSync(images.get(m)!, join(work, memberImageDir(m)));
+        images.set(m, join(work, memberImageDir(m))); // where a resume after a failure finds it
+      }
     }
     // CRIU leaves its files to the page cache; the pool images are durable
     // already, and the image is published only once CRIU's part is too.
     packed = await pack();
+    clock.mark('pack');
+    syncSeconds = await makeDurable(work, pid, after);
+    clock.mark('sync');
+    await publishImage(work, target, !!opts.force);
+    clock.mark('publish');
+  };
+  try {
+    try {
+      mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
+      if (opts.leaveRunning) {
+        criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: true, args: dump.args });
+        dumped();
+      } else {
+        // The tree is ended only once the image is complete: until then a
+        // failure, or this controller's end, leaves every process running.
+        const late = await criuDumpGated(criu, pid, join(work, CRIU_DIR), dump.args, async () => {
+          dumped();
+          await complete('gated');
+        });
+        if (late) notes.push(late);
+      }
+    } catch (e) {
+      // The processes are still there (frozen, or let go by CRIU): bring them
+      // back, then drop the half image (kept if a process could not come
+      // back: it holds its data).
+      const stays = await resumeAfterFailure(images);
+      if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
+      const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
+    }
+    if (opts.leaveRunning) {
+      resumeFailure = (await resumeMembers(images)).find((f) => f !== undefined);
+      if (!resumeFailure && comms.length) {
+        const why = await rebuildJob(plan.members);
+        if (why) resumeFailure = new GpuckptError('NCCL_FAILED', `the job of process ${pid}: ${why}`);
+      }
+      runsAgain = performance.now();
+      clock.mark('resume');
+      await complete(resumeFailure ? 'suspended' : 'running');
+    }
   } finally {
     await packer?.close();
   }
-  clock.mark('pack');
-  const syncSeconds = await makeDurable(work, pid, !!opts.leaveRunning && !resumeFailure);
-  clock.mark('sync');
-  await publishImage(work, target, !!opts.force);
-  clock.mark('publish');
   if (resumeFailure) throw resumeFailure;
   const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
   return summaryOf({
@@ -240,12 +264,16 @@ export async function checkpointProcess(
   });
 }
 
+/** Where the tree is while its image is completed: running on, suspended (a resume failed), or frozen at CRIU's gate. */
+type After = 'running' | 'suspended' | 'gated';
+
 /**
  * fsync of CRIU's files in work; the seconds it took. If that fails the
  * image is not published: a process left running loses nothing (work is
- * removed); one CRIU ended has no other copy, so work is kept and named.
+ * removed); one suspended holds its data there (work is kept and named);
+ * one at the gate is resumed from it by the caller.
  */
-async function makeDurable(work: string, pid: number, leftRunning: boolean): Promise<number> {
+async function makeDurable(work: string, pid: number, after: After): Promise<number> {
   const t0 = performance.now();
   try {
     faultPoint('criu-sync');
@@ -254,9 +282,9 @@ async function makeDurable(work: string, pid: number, leftRunning: boolean): Pro
     await fsyncDir(work);
     return (performance.now() - t0) / 1000;
   } catch (e) {
-    if (leftRunning) rmSync(work, { recursive: true, force: true });
-    const where = leftRunning ? `process ${pid} runs on; no image written` : `process ${pid} is gone; its image is kept, not known durable, at ${work}`;
-    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot make CRIU's files durable: ${osErrorText(e)}; ${where}`, { cause: e });
+    if (after === 'running') rmSync(work, { recursive: true, force: true });
+    const where = { running: `; process ${pid} runs on; no image written`, suspended: `; process ${pid} stays suspended; its image is kept, not known durable, at ${work}`, gated: '' }[after];
+    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot make CRIU's files durable: ${osErrorText(e)}${where}`, { cause: e });
   }
 }
 

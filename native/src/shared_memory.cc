@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -172,6 +173,14 @@ Napi::Value CreateMemfd(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   return Napi::Number::New(env, fd);
+}
+
+// makeFifo(path): a named pipe only this user may open (mkfifo(3)).
+Napi::Value MakeFifo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = info[0].As<Napi::String>().Utf8Value();
+  if (mkfifo(path.c_str(), 0600) < 0) ErrnoError(env, "mkfifo " + path, errno).ThrowAsJavaScriptException();
+  return env.Undefined();
 }
 
 }  // namespace gpuckpt

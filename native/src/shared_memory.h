@@ -13,5 +13,6 @@ Napi::Value CloseFd(const Napi::CallbackInfo& info);
 Napi::Value SetBlocking(const Napi::CallbackInfo& info);
 Napi::Value GrowPipe(const Napi::CallbackInfo& info);
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info);
+Napi::Value MakeFifo(const Napi::CallbackInfo& info);
 
 }  // namespace gpuckpt

@@ -144,6 +144,45 @@ export async function runReliability(h) {
     return `checkpoint --leave-running (pool copied on the GPU) failed in one line at the dump (${quote(dump)}) and at the copy back (${quote(back)}); no image; the process runs with its data`;
   });
 
+  // CRIU 4.1.1 itself waits at gpuckpt's gate (controller/adapters/criu-gate.ts).
+  await test('faults/criu-gate', async () => {
+    if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
+    const p = launchViaFifo('static_cudart');
+    try {
+      const ready = await p.nextLine('ready', 120_000);
+      const pid = String(ready.pid);
+      const state = async (what) => expectSame((await p.send('state', 'state')).buffers, ready.buffers, what);
+      // A failure while CRIU waits: the gate says no, CRIU lets the tree run, the process is resumed.
+      const out = path.join(p.dir, 'unsynced');
+      const line = failsInOneLine(await gpuckpt(['checkpoint', pid, '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' }), new RegExp(`criu-sync .*; process ${pid} resumed$`), 'image not made durable');
+      noImage(out, 'image not made durable');
+      await state('after a checkpoint that failed while CRIU waited');
+      // The controller stopped once CRIU runs, then killed at the gate: the process stays suspended.
+      const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
+      const [cmd, argv] = cliCommand(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
+      const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
+      const gone = new Promise((r) => ctl.on('close', r));
+      const kids = (q) => (fs.readFileSync(`/proc/${q}/task/${q}/children`, 'utf8').match(/\d+/g) ?? []).map(Number);
+      // CRIU's dump, not the `criu --version` of the checks.
+      const runsCriu = () => kids(ctl.pid).some((c) => fs.readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+      for (let t0 = Date.now(); !runsCriu(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');
+      process.kill(ctl.pid, 'SIGSTOP');
+      const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'dumped')));
+      for (let t0 = Date.now(); !atGate(); await sleep(20)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not reach the gate');
+      ctl.kill('SIGKILL');
+      await gone;
+      const after = await settled(ready.pid);
+      if (after !== 'suspended') throw failure(`after its controller died at the gate the process is ${after}, not suspended`);
+      if (Object.keys(gpuMemoryOf(ready.pid)).length) throw failure('held at the gate but holding GPU memory');
+      await ok(['resume', pid]);
+      await state('after the resume of a process held at the gate');
+      noImage(path.join(p.dir, 'killed'), 'a checkpoint killed at the gate');
+      return `a failure while CRIU waited (${quote(line)}) and a controller killed there (the process suspended, GPU free; resume brought it back) both left the process running with its data, no image`;
+    } finally {
+      p.close();
+    }
+  });
+
   // --------------------------------------------------------- restore steps --
 
   /** An application at R with an image of R, then mutated to M. */
