@@ -272,6 +272,48 @@ describe('the controller killed', () => {
   });
 });
 
+describe('the controller killed during a whole-job checkpoint', () => {
+  it('at growing delays until an image is out: the job runs on, or resume brings it back, or the image is complete', { timeout: 120_000 }, async () => {
+    const args = ['launch', '2', '100000', '10'];
+    const job = await startJob('killed-ckpt', args);
+    const out = box.path('killed-ckpt-image');
+    /** CRIU still dumping this job (it may wait at gpuckpt's gate, which the controller's end answers). */
+    const dumping = () =>
+      readdirSync('/proc')
+        .filter((d) => /^\d+$/.test(d))
+        .some((d) => {
+          try {
+            const argv = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0');
+            return argv.includes('dump') && argv.includes(String(job.pid)) && argv.some((a) => a.endsWith('fake-criu/criu'));
+          } catch {
+            return false;
+          }
+        });
+    const seen = { running: 0, resumed: 0 };
+    for (let round = 0; !existsSync(out); round++) {
+      expect(round).toBeLessThan(40);
+      const child = box.cliAsync(['checkpoint', 'killed-ckpt', '-o', out], env);
+      const exited = new Promise((r) => child.on('exit', r));
+      await new Promise((r) => setTimeout(r, 100 + round * 120));
+      child.kill('SIGKILL');
+      await exited;
+      for (let t0 = Date.now(); dumping(); await new Promise((r) => setTimeout(r, 20))) expect(Date.now() - t0).toBeLessThan(20_000);
+      if (existsSync(out)) break;
+      const rows = json<any[]>(cli(['ps', '--json']).stdout).filter((r) => r.job?.launcher === job.pid);
+      const held = rows.some((r) => r.poolState === 'suspended' || r.nccl.some((c: { down: boolean }) => c.down));
+      const r = cli(['resume', 'killed-ckpt']);
+      if (held) expect(r.stderr).toBe('');
+      seen[held ? 'resumed' : 'running']++;
+      expect(await progresses(job)).toBe(true);
+    }
+    // Published only once complete: it verifies, and the job was ended (the fake CRIU stops it).
+    expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true });
+    expect(json(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ members: job.ranks() });
+    expect(seen.running + seen.resumed).toBeGreaterThan(0);
+    endJob(job);
+  });
+});
+
 describe('a rebuild a rank never joins', () => {
   it('is given up at GPUCKPT_NCCL_TIMEOUT: the rank still answers, and the next resume brings the job back', async () => {
     const args = ['launch', '2', '300', '10'];

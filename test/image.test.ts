@@ -23,7 +23,9 @@ import {
   decodeManifest,
   decompressFrame,
   encodeManifest,
+  publishedPath,
   removeStaleTempDirs,
+  tempDirOwner,
   type AllocationRecord,
   type FrameRecord,
   type Manifest,
@@ -810,6 +812,14 @@ describe('writer', () => {
       [`.file.gpuckpt-tmp-${dead}-0123abcd`, `.link.gpuckpt-tmp-${dead}-0123abcd`, '.notes.gpuckpt-tmp-x', '.other.gpuckpt-tmp-1-0123abcd'].sort(),
     );
     expect(await removeStaleTempDirs(join(root, 'missing'))).toEqual([]);
+  });
+
+  it('name the image they become, and their owner', () => {
+    const work = join(root, `.job-3.gpuckpt-tmp-4242-0123abcd`);
+    expect(publishedPath(work)).toBe(join(root, 'job-3'));
+    expect(tempDirOwner(`.job-3.gpuckpt-tmp-4242-0123abcd`)).toBe(4242);
+    expect(publishedPath(join(root, 'job-3'))).toBeUndefined();
+    expect(tempDirOwner('job-3')).toBeUndefined();
   });
 });
 

@@ -17,7 +17,7 @@
  * back, let the process go.
  * A migrate (migrate.ts) is a suspend onto another GPU and a resume there.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { writePoolImage, type CheckpointOptions, type Staged } from './pool-image.js';
 import { driverFreeze, driverState, driverThaw, type GpuPair } from '../adapters/driver-checkpoint.js';
@@ -28,7 +28,7 @@ import { loadDigestKernels } from './block-digests.js';
 import type { FrameworkUse } from './framework-free.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
-import { ImageReader, tempDirOwner } from '../image/index.js';
+import { ImageReader, publishedPath, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { Progress } from '../base/progress.js';
@@ -315,7 +315,7 @@ export async function resumeProcess(
     // A process restored by CRIU remembers where its pool was held while
     // the image was being made; the image's final place is given instead.
     const given = opts.loader?.reader;
-    const where = given?.path ?? opts.image ?? status.heldImage;
+    const where = given?.path ?? opts.image ?? heldWhere(pid, status.heldImage);
     const layout = given || opts.image ? undefined : readHeldLayout(where);
     if (!layout && !given) reader = await ImageReader.open(where);
     const imageReader = given ?? reader;
@@ -414,6 +414,17 @@ export function gpuPairs(processGpus: string[], target: string): GpuPair[] {
   const first = processGpus[0];
   if (!first) return [];
   return processGpus.map((u) => ({ from: u, to: u === first ? target : u === target ? first : u }));
+}
+
+/**
+ * Where a suspended process's pool is: where its shim was told, or, when
+ * that was a checkpoint's working directory published since (its
+ * controller died between the publishing and CRIU's end of the job), the
+ * image it became.
+ */
+function heldWhere(pid: number, held: string): string {
+  const published = tempDirOwner(basename(held)) === pid && !existsSync(held) ? publishedPath(held) : undefined;
+  return published && existsSync(join(published, 'manifest')) ? published : held;
 }
 
 function currentDevices(image: string): string[] | undefined {

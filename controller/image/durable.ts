@@ -3,7 +3,7 @@
  * rename is atomic, but only what was fsynced before it survives a crash.
  * And what may stand where an image is about to be published.
  */
-import { existsSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { open, readdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
@@ -42,7 +42,6 @@ export async function syncTree(dir: string): Promise<void> {
   await fsyncDir(dir);
 }
 
-/** The complete image at work becomes target (replacing an image there with force). */
 /**
  * Refuses an output path that is taken, unless force; even then only a
  * gpuckpt image is replaced, never other data at a mistyped path.
@@ -53,8 +52,22 @@ export function refuseTakenTarget(target: string, force: boolean): void {
   if (!existsSync(join(target, 'manifest'))) throw new GpuckptError('IMAGE_EXISTS', `${target} exists and is not a gpuckpt image: not replacing it`);
 }
 
+/** The complete image at work becomes target (replacing an image there with force). */
 export async function publishImage(work: string, target: string, force: boolean): Promise<void> {
   if (force && existsSync(target)) rmSync(target, { recursive: true, force: true });
   renameSync(work, target);
   await fsyncDir(dirname(target));
+}
+
+/**
+ * The tree at src again at dst, of hard links (one filesystem): both names
+ * hold it until one is removed, and the directories made are durable.
+ */
+export async function linkTree(src: string, dst: string): Promise<void> {
+  mkdirSync(dst, { mode: 0o700 });
+  for (const e of readdirSync(src, { withFileTypes: true })) {
+    if (e.isDirectory()) await linkTree(join(src, e.name), join(dst, e.name));
+    else linkSync(join(src, e.name), join(dst, e.name));
+  }
+  await fsyncDir(dst);
 }

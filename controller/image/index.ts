@@ -25,5 +25,5 @@ export type {
 export { checkManifest, type ManifestCheck } from './manifest-check.js';
 export { compressFrame, decompressFrame } from './frame-codec.js';
 export { ImageWriter, type ImageWriterOptions } from './writer.js';
-export { removeStaleTempDirs, tempDirOwner } from './temp-dirs.js';
+export { publishedPath, removeStaleTempDirs, tempDirOwner } from './temp-dirs.js';
 export { ImageReader, frameLabel, type VerifyProgress, type VerifyResult } from './reader.js';

@@ -14,7 +14,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { lstat, readdir, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 const TEMP_MARK = '.gpuckpt-tmp-';
 const TEMP_NAME = /^\..+\.gpuckpt-tmp-(\d+)-[0-9a-f]+$/;
@@ -31,6 +31,12 @@ export function tempDirName(name: string, owner = process.pid): string {
 export function tempDirOwner(entry: string): number | undefined {
   const m = TEMP_NAME.exec(entry);
   return m ? Number(m[1]) : undefined;
+}
+
+/** The image a working directory at path becomes when it is published: its name without the marks, beside it. */
+export function publishedPath(path: string): string | undefined {
+  const entry = basename(path);
+  return TEMP_NAME.test(entry) ? join(dirname(path), entry.slice(1, entry.lastIndexOf(TEMP_MARK))) : undefined;
 }
 
 /** Whether `pid` names a live process (one we may not signal still counts as live). */

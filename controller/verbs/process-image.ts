@@ -18,7 +18,7 @@
  * GPU when asked; pool mapped at the same addresses and loaded; gate
  * opened), decompressed while CRIU ran. The image is read, never consumed.
  */
-import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { criuDump, criuDumpGated, criuRestoreTree, findCriu } from '../adapters/criu.js';
 import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
@@ -40,7 +40,7 @@ import { PoolLoader } from '../engine/pool-loader.js';
 import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
-import { fsyncDir, publishImage, refuseTakenTarget, syncTree } from '../image/durable.js';
+import { fsyncDir, linkTree, publishImage, refuseTakenTarget, syncTree } from '../image/durable.js';
 import { ImageReader, removeStaleTempDirs } from '../image/index.js';
 import { osErrorText } from '../image/os-error.js';
 import { tempDirName } from '../image/temp-dirs.js';
@@ -159,7 +159,7 @@ export async function checkpointProcess(
     whyThroughHost = comms.length ? 'the job runs NCCL; a copy on the GPU serves a job of one process without it' : `the job has ${plan.members.length} CUDA processes; a copy on the GPU serves a job of one`;
   }
   // Each member's pool image: the first at work, the others beside it
-  // until CRIU has dumped the tree (then under work/members/).
+  // until the image is complete (then linked under work/members/ too).
   const images = new Map(plan.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`, m))]));
   const clock = new PhaseClock('checkpoint', t0);
   clock.mark('checks');
@@ -188,6 +188,9 @@ export async function checkpointProcess(
   let resumeFailure: unknown;
   let runsAgain = 0;
   let packed: { criuPages?: PagesSummary } = {};
+  const dropMemberImages = () => {
+    for (const m of others) rmSync(images.get(m)!, { recursive: true, force: true });
+  };
   const dumped = () => {
     dumpSeconds = (performance.now() - d0) / 1000;
     clock.mark('dump');
@@ -195,12 +198,11 @@ export async function checkpointProcess(
   };
   /** CRIU's files and every member's pool image made one image, durable, under its name; after: where the tree is meanwhile (makeDurable). */
   const complete = async (after: After) => {
+    // Linked, not moved: a member held meanwhile (a failure, this
+    // controller's end) is resumed from where its shim was told it is.
     if (others.length) {
       mkdirSync(join(work, MEMBERS_DIR), { mode: 0o700 });
-      for (const m of others) {
-        renameSync(images.get(m)!, join(work, memberImageDir(m)));
-        images.set(m, join(work, memberImageDir(m))); // where a resume after a failure finds it
-      }
+      for (const m of others) await linkTree(images.get(m)!, join(work, memberImageDir(m)));
     }
     // CRIU leaves its files to the page cache; the pool images are durable
     // already, and the image is published only once CRIU's part is too.
@@ -225,6 +227,7 @@ export async function checkpointProcess(
           await complete('gated');
         });
         if (late) notes.push(late);
+        dropMemberImages(); // CRIU has ended the job: the image holds them
       }
     } catch (e) {
       // The processes are still there (frozen, or let go by CRIU): bring them
@@ -244,6 +247,7 @@ export async function checkpointProcess(
       runsAgain = performance.now();
       clock.mark('resume');
       await complete(resumeFailure ? 'suspended' : 'running');
+      if (!resumeFailure) dropMemberImages();
     }
   } finally {
     await packer?.close();
