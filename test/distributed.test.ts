@@ -310,6 +310,7 @@ describe('the controller killed during a whole-job checkpoint', () => {
     expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true });
     expect(json(readFileSync(join(out, 'criu', 'gpuckpt-process.json'), 'utf8'))).toMatchObject({ members: job.ranks() });
     expect(seen.running + seen.resumed).toBeGreaterThan(0);
+    console.log(`killed whole-job checkpoints before the image was out: ${JSON.stringify(seen)}`);
     endJob(job);
   });
 });
