@@ -17,7 +17,8 @@ import { listProcesses } from '../controller/verbs/ps.js';
 import { restoreInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell, type RunOptions } from '../controller/verbs/run-plan.js';
 import { criuPluginStep, PLUGIN_STEPS, type PluginStep } from '../controller/verbs/criu-plugin.js';
-import { checkpointProcess, restoreProcess } from '../controller/verbs/process-image.js';
+import { checkpointProcess } from '../controller/verbs/process-checkpoint.js';
+import { restoreProcess } from '../controller/verbs/process-restore.js';
 import { checkpointStreamed, imageBytesBound, restoreStreamed, STDIO, type StreamedSummary } from '../controller/verbs/image-stream.js';
 import { migrateProcess } from '../controller/verbs/migrate.js';
 import { isGpuSnapshotName, releaseGpuSnapshots, restoreFromGpu, snapshotToGpu } from '../controller/verbs/gpu-held.js';
@@ -49,7 +50,7 @@ import {
 } from './output.js';
 import type { CheckpointOptions, CheckpointSummary } from '../controller/engine/pool-image.js';
 import type { JobCheckpointSummary } from '../controller/verbs/job.js';
-import type { ProcessCheckpointSummary } from '../controller/verbs/process-image.js';
+import type { ProcessCheckpointSummary } from '../controller/verbs/process-checkpoint.js';
 import { completionScript } from './completion.js';
 import { runWithoutExec } from './run-fallback.js';
 

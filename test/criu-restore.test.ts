@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { restoredJobStatus } from '../cli/output.js';
 import { criuRestoreTree, findCriu } from '../controller/adapters/criu.js';
-import type { ProcessRestoreSummary } from '../controller/verbs/process-image.js';
+import type { ProcessRestoreSummary } from '../controller/verbs/process-restore.js';
 import { eventually, ROOT } from './helpers/e2e.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-restore-'));

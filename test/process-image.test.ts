@@ -206,6 +206,27 @@ describe('whole-process checkpoint', () => {
     expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
   });
 
+  it.each([
+    ['while CRIU dumps', true],
+    ['once the job is suspended', false],
+  ])('Ctrl-C %s: the job is brought back at the next safe point, no image, exit 130', async (_, atCriu) => {
+    const { app, ready } = await start();
+    const out = box.path(`interrupted-${atCriu}`);
+    const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_LOG: 'warn' });
+    let stderr = '';
+    child.stderr!.on('data', (d) => (stderr += d));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+    // Suspended: the controller has taken the signal over (before that, a Ctrl-C ends gpuckpt with nothing touched).
+    expect(await within(20_000, () => runsCriu() || (!atCriu && psRow(app.pid)?.poolState === 'suspended'))).toBe(true);
+    child.kill('SIGINT');
+    expect(await exited).toBe(130);
+    const lines = stderr.trimEnd().split('\n');
+    expect(lines.at(-1)).toBe(`gpuckpt: interrupted by SIGINT; process ${app.pid} resumed`);
+    expect(lines.slice(0, -1)).toEqual([expect.stringMatching(/^gpuckpt\[\d+\] checkpoint: SIGINT: the job is brought back at the next safe point, and no image is kept/)]);
+    await expectNoImageStillRunning(app, ready, out);
+  });
+
   it('restore refuses a --gpu-only image without --into', async () => {
     const { app } = await start();
     const out = box.path('gpu-only');

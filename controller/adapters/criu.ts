@@ -119,10 +119,9 @@ function dumpFailed(root: number, dir: string, stderr: string): GpuckptError {
 export async function criuDumpGated(criu: Criu, root: number, dir: string, args: string[], whenDumped: () => Promise<void>): Promise<string | undefined> {
   const gate = DumpGate.open();
   try {
-    const child = spawn(criu.path, ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...args, '--action-script', gate.script], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      env: criuEnv(criu),
-    });
+    // A terminal's Ctrl-C is gpuckpt's to act on (its answer at the gate), not CRIU's, nor its script's.
+    const argv = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...args, '--action-script', gate.script];
+    const child = spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...argv], { stdio: ['ignore', 'ignore', 'pipe'], env: criuEnv(criu) });
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     let exited: ChildExit | undefined;

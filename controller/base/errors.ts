@@ -57,6 +57,7 @@ export type ErrorCode =
   | 'NO_SHIM'
   | 'BAD_ARGUMENT'
   | 'INJECTED_FAULT'
+  | 'INTERRUPTED'
   | 'INTERNAL';
 
 export class GpuckptError extends Error {

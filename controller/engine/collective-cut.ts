@@ -227,3 +227,23 @@ function cutTimeoutMs(): number {
   if (!Number.isFinite(s) || s <= 0) throw new GpuckptError('BAD_ARGUMENT', `GPUCKPT_CUT_TIMEOUT="${v}" must be a number of seconds above 0`);
   return s * 1000;
 }
+
+/**
+ * Makes the communicators a checkpoint tore down again on every member and
+ * lets the ranks go on; why not, in a line, when that failed (the ranks
+ * then wait for gpuckpt resume). Nothing to do for a job without NCCL.
+ */
+export async function rebuildJob(members: number[]): Promise<string | undefined> {
+  let cut: JobCut | undefined;
+  try {
+    cut = await JobCut.attach(members);
+  } catch (e) {
+    return `its NCCL communicators could not be reached (${(e as Error).message})`;
+  }
+  if (!cut) return undefined;
+  try {
+    return await cut.recover();
+  } finally {
+    cut.close();
+  }
+}

@@ -23,6 +23,9 @@ import type { ExternalStdio } from './dump-plan.js';
 import { GpuckptError } from '../base/errors.js';
 import { formatBytes } from '../base/units.js';
 
+/** CRIU's files in a whole-process image. */
+export const CRIU_DIR = 'criu';
+
 /** What restore needs to know about the dump, beside CRIU's own files (in the image's criu/). */
 export const PROCESS_INFO = 'gpuckpt-process.json';
 

@@ -6,7 +6,7 @@ import { ImageReader, type Manifest } from '../image/index.js';
 import { Progress } from '../base/progress.js';
 import { allFrames, verifyFrames } from '../engine/verify-frames.js';
 import { describePacked, verifyCriuPages, type PagesSummary } from '../engine/criu-pages.js';
-import { CRIU_DIR } from './process-image.js';
+import { CRIU_DIR } from '../engine/restore-plan.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 

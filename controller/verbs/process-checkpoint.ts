@@ -1,52 +1,40 @@
 /**
- * Whole-process checkpoint and restore: gpuckpt carries the pools, the
- * driver's checkpoint API the rest of the CUDA state, CRIU the processes.
- *
- * checkpoint: check the job's process tree (dump-plan.ts: refused there,
- * untouched, when CRIU could not carry it), suspend every process of it
- * that runs CUDA under gpuckpt into a hidden working directory (its pool
- * image written, pool released, driver state to host memory), `criu dump`
- * the tree into its criu/, compress CRIU's pages there (criu-pages.ts),
- * then rename it to the image's name: the image is
- * complete or absent. The first such process's pool image is the image's
- * own; the others go to members/PID/. With --leave-running the processes
- * are resumed from their pool images afterwards; a failing dump resumes
- * them too.
- * restore: check what CRIU will reopen (restore-plan.ts), unpack CRIU's
- * pages into a scratch directory, `criu restore` from there,
- * then each member's resume path (driver restore, remapped to the target
- * GPU when asked; pool mapped at the same addresses and loaded; gate
- * opened), decompressed while CRIU ran. The image is read, never consumed.
+ * Whole-process checkpoint: gpuckpt carries the pools, the driver's
+ * checkpoint API the rest of the CUDA state, CRIU the processes. Check the
+ * job's process tree (dump-plan.ts: refused there, untouched, when CRIU
+ * could not carry it), suspend every process of it that runs CUDA under
+ * gpuckpt into a hidden working directory (its pool image written, pool
+ * released, driver state to host memory), `criu dump` the tree into its
+ * criu/, and while CRIU waits at its gate (criu-gate.ts) compress CRIU's
+ * pages there (criu-pages.ts) and rename it to the image's name: the image
+ * is complete or absent, and the job ends only once it is complete. The
+ * first such process's pool image is the image's own; the others are
+ * linked into members/PID/. With --leave-running the processes are resumed
+ * from their pool images afterwards; a failing dump resumes them too.
  */
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { criuDump, criuDumpGated, criuRestoreTree, findCriu } from '../adapters/criu.js';
-import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
-import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
+import { criuDump, criuDumpGated, findCriu } from '../adapters/criu.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
+import { Interrupts } from '../base/interrupts.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
-import { JobCut } from '../engine/collective-cut.js';
+import { JobCut, rebuildJob } from '../engine/collective-cut.js';
 import { planDump } from '../engine/dump-plan.js';
 import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
-import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
-import { packCriuPages, unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
-import { MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, stagingShare, suspendMembers } from '../engine/members.js';
+import { packCriuPages, type PagesSummary } from '../engine/criu-pages.js';
+import { MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
-import { PoolLoader } from '../engine/pool-loader.js';
-import { PROCESS_INFO, readProcessInfo, restoreFds, writeProcessInfo, type ProcessInfo, type RestoreFds } from '../engine/restore-plan.js';
-import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
-import { openChain } from '../image/chain.js';
+import { CRIU_DIR, writeProcessInfo, type ProcessInfo } from '../engine/restore-plan.js';
+import { type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, linkTree, publishImage, refuseTakenTarget, syncTree } from '../image/durable.js';
-import { ImageReader, removeStaleTempDirs } from '../image/index.js';
+import { removeStaleTempDirs } from '../image/index.js';
 import { osErrorText } from '../image/os-error.js';
 import { tempDirName } from '../image/temp-dirs.js';
-
-/** CRIU's files in a whole-process image. */
-export const CRIU_DIR = 'criu';
 
 export interface ProcessCheckpointSummary {
   image: string;
@@ -164,9 +152,17 @@ export async function checkpointProcess(
   const clock = new PhaseClock('checkpoint', t0);
   clock.mark('checks');
   const suspendStart = performance.now();
+  // A Ctrl-C from here on brings the job back at the next safe point:
+  // once suspended, or once CRIU has written its files.
+  const interrupts = opts.leaveRunning
+    ? undefined
+    : Interrupts.watch('checkpoint', 'the job is brought back at the next safe point, and no image is kept', `the job is left as it is now: running, or held for gpuckpt resume ${pid}`);
   // The ranks at one collective boundary, their communicators torn down:
   // no peer's memory reaches the driver's checkpoint, no NCCL socket CRIU.
-  const cut = await JobCut.take(plan.members, comms);
+  const cut = await JobCut.take(plan.members, comms).catch((e: unknown) => {
+    interrupts?.close();
+    throw e;
+  });
   let suspended: SuspendSummary[];
   try {
     await cut?.teardown();
@@ -175,6 +171,7 @@ export async function checkpointProcess(
     clock.mark('suspend');
     for (const m of suspended) if (m.framework) notes.push(`process ${m.pid}: ${describeFrameworkUse(m.framework)}`);
   } catch (e) {
+    interrupts?.close();
     const why = await cut?.recover();
     cut?.close();
     throw why ? new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${why}`) : e;
@@ -215,15 +212,17 @@ export async function checkpointProcess(
   };
   try {
     try {
+      interrupts?.check();
       mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
       if (opts.leaveRunning) {
         criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: true, args: dump.args });
         dumped();
       } else {
         // The tree is ended only once the image is complete: until then a
-        // failure, or this controller's end, leaves every process running.
+        // failure, a Ctrl-C, or this controller's end leaves every process running.
         const late = await criuDumpGated(criu, pid, join(work, CRIU_DIR), dump.args, async () => {
           dumped();
+          interrupts?.check();
           await complete('gated');
         });
         if (late) notes.push(late);
@@ -236,7 +235,11 @@ export async function checkpointProcess(
       const stays = await resumeAfterFailure(images);
       if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
       const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'CRIU_FAILED', `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`);
+      throw new GpuckptError(
+        isGpuckptError(e) ? e.code : 'CRIU_FAILED',
+        `${(e as Error).message}; ${stays.size ? [...stays.values()].join('; ') : `${plan.members.length > 1 ? `processes ${plan.members.join(', ')}` : `process ${pid}`} resumed`}${nccl ? `; ${nccl}` : ''}`,
+        isGpuckptError(e) && e.exitStatus !== undefined ? { exitStatus: e.exitStatus } : undefined,
+      );
     }
     if (opts.leaveRunning) {
       resumeFailure = (await resumeMembers(images)).find((f) => f !== undefined);
@@ -250,6 +253,7 @@ export async function checkpointProcess(
       if (!resumeFailure) dropMemberImages();
     }
   } finally {
+    interrupts?.close();
     await packer?.close();
   }
   if (resumeFailure) throw resumeFailure;
@@ -289,160 +293,5 @@ async function makeDurable(work: string, pid: number, after: After): Promise<num
     if (after === 'running') rmSync(work, { recursive: true, force: true });
     const where = { running: `; process ${pid} runs on; no image written`, suspended: `; process ${pid} stays suspended; its image is kept, not known durable, at ${work}`, gated: '' }[after];
     throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot make CRIU's files durable: ${osErrorText(e)}${where}`, { cause: e });
-  }
-}
-
-export interface ProcessRestoreSummary {
-  image: string;
-  pid: number;
-  /** The processes whose pools were loaded, the image's own first. */
-  members: number[];
-  criuSeconds: number;
-  /** CRIU's pages unpacked for it, before it started (absent: stored raw). */
-  criuPages?: PagesSummary;
-  /** Decompressing the pool images into staging, while CRIU ran. */
-  loadSeconds: number;
-  /** The first member's resume; the others' in others. */
-  resume: ResumeSummary;
-  others?: ResumeSummary[];
-  /** Files the job had open write-only that changed since the image: it writes on at their end (restore-plan.ts). */
-  appended?: string[];
-  /** Until the application runs again with all its data. */
-  seconds: number;
-  /** Freeing the staging memory afterwards (the application is already running). */
-  cleanupSeconds: number;
-  /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
-  phases: Phases;
-  /** Without --detach: the application's exit status once it ends (all null: not known, see waitChildEnd). */
-  exitCode?: number | null;
-  signal?: string | null;
-  signalNumber?: number | null;
-}
-
-export async function restoreProcess(
-  image: string,
-  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean; running?: () => void } = {},
-): Promise<ProcessRestoreSummary> {
-  const t0 = performance.now();
-  // The pool images and the chain of parents check out before anything runs.
-  const reader = await ImageReader.open(image);
-  const readers = [reader];
-  const loaders: PoolLoader[] = [];
-  // Closed here until the loader takes them.
-  let parents: ImageReader[] | undefined;
-  let fds: RestoreFds | undefined;
-  let scratch: Promise<CriuScratch> | undefined;
-  const refused = new AbortController(); // a check failing stops the unpacking
-  try {
-    const chain = await openChain(reader);
-    parents = chain.parents;
-    const dir = join(reader.path, CRIU_DIR);
-    if (reader.manifest.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
-      throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
-    const criu = findCriu(opts.criu);
-    const info = readProcessInfo(dir);
-    // CRIU's pages are unpacked while the checks run (they touch nothing but
-    // a scratch directory); the pool images wait for every core until then.
-    scratch = unpackCriuDir(dir, { workers: opts.workers, signal: refused.signal });
-    scratch.catch(() => undefined); // awaited below, or cleaned up in finally
-    const members = info.members!;
-    for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
-    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
-    for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
-    await waitPidsFree(info.tree!);
-    readers.forEach((r, i) => {
-      const taken = r.manifest.devices.map((d) => d.uuid);
-      checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
-    });
-    fds = restoreFds(dir, info);
-    const clock = new PhaseClock('restore', t0);
-    clock.mark('checks');
-
-    // The pool images are decompressed while CRIU brings the processes back.
-    const unpacked = await scratch;
-    clock.mark('unpack');
-    parents = undefined; // the first loader's now
-    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
-    const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
-    fds.close();
-    unpacked.cleanup(); // CRIU has read it
-    const criuSeconds = (performance.now() - t0) / 1000;
-    clock.mark('criu');
-    try {
-      await Promise.all(loaders.map((l) => l.whenReady()));
-    } catch (e) {
-      // Without their GPU data the processes cannot run, and they hold the
-      // PIDs another restore needs: they are ended (the image is as it was).
-      killProcess(info.pid);
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`, { exitStatus: EXIT_FAILURE });
-    }
-    clock.mark('load');
-    const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
-    const failed = resumed.findIndex((r) => r.status === 'rejected');
-    if (failed >= 0) {
-      const e = (resumed[failed] as PromiseRejectedResult).reason as Error;
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
-    }
-    const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
-    clock.mark('resume');
-    // Asked only of a job that ran NCCL: a job without it may end before a hello.
-    const nccl = info.nccl === false ? undefined : await rebuildJob(members);
-    clock.mark('nccl');
-    if (nccl) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${nccl}`);
-    const seconds = (performance.now() - t0) / 1000;
-    const c0 = performance.now();
-    const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
-    await Promise.all(loaders.splice(0).map((l) => l.close()));
-    const summary: ProcessRestoreSummary = {
-      image: reader.path,
-      pid: info.pid,
-      members,
-      criuSeconds: round(criuSeconds),
-      ...(unpacked.pages ? { criuPages: unpacked.pages } : {}),
-      loadSeconds: round(loadSeconds),
-      resume,
-      ...(others.length ? { others } : {}),
-      ...(fds.appended.length ? { appended: fds.appended } : {}),
-      seconds: round(seconds),
-      cleanupSeconds: round((performance.now() - c0) / 1000),
-      phases: clock.phases,
-    };
-    opts.running?.(); // the image is needed no more
-    if (!opts.detach) {
-      const end = await waitAsForeground(restored.done, info.pid);
-      summary.exitCode = end.code;
-      summary.signal = end.signal;
-      summary.signalNumber = end.signalNumber;
-    }
-    return summary;
-  } catch (e) {
-    refused.abort();
-    throw e;
-  } finally {
-    fds?.close();
-    await scratch?.then((s) => s.cleanup(), () => undefined);
-    await Promise.all((parents ?? []).map((p) => p.close()));
-    await Promise.all(loaders.map((l) => l.close()));
-    await Promise.all(readers.map((r) => r.close()));
-  }
-}
-
-/**
- * Makes the communicators a checkpoint tore down again on every member and
- * lets the ranks go on; why not, in a line, when that failed (the ranks
- * then wait for gpuckpt resume). Nothing to do for a job without NCCL.
- */
-async function rebuildJob(members: number[]): Promise<string | undefined> {
-  let cut: JobCut | undefined;
-  try {
-    cut = await JobCut.attach(members);
-  } catch (e) {
-    return `its NCCL communicators could not be reached (${(e as Error).message})`;
-  }
-  if (!cut) return undefined;
-  try {
-    return await cut.recover();
-  } finally {
-    cut.close();
   }
 }

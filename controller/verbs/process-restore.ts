@@ -1,0 +1,158 @@
+/**
+ * Whole-process restore: check what CRIU will reopen (restore-plan.ts),
+ * unpack CRIU's pages into a scratch directory, `criu restore` from there,
+ * then each member's resume path (driver restore, remapped to the target
+ * GPU when asked; pool mapped at the same addresses and loaded; gate
+ * opened), decompressed while CRIU ran. The image is read, never consumed.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { criuRestoreTree, findCriu } from '../adapters/criu.js';
+import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
+import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
+import { PhaseClock, type Phases } from '../base/phase-clock.js';
+import { round } from '../base/units.js';
+import { rebuildJob } from '../engine/collective-cut.js';
+import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
+import { unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
+import { memberImageDir, stagingShare } from '../engine/members.js';
+import { PoolLoader } from '../engine/pool-loader.js';
+import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
+import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
+import { openChain } from '../image/chain.js';
+import { ImageReader } from '../image/index.js';
+
+export interface ProcessRestoreSummary {
+  image: string;
+  pid: number;
+  /** The processes whose pools were loaded, the image's own first. */
+  members: number[];
+  criuSeconds: number;
+  /** CRIU's pages unpacked for it, before it started (absent: stored raw). */
+  criuPages?: PagesSummary;
+  /** Decompressing the pool images into staging, while CRIU ran. */
+  loadSeconds: number;
+  /** The first member's resume; the others' in others. */
+  resume: ResumeSummary;
+  others?: ResumeSummary[];
+  /** Files the job had open write-only that changed since the image: it writes on at their end (restore-plan.ts). */
+  appended?: string[];
+  /** Until the application runs again with all its data. */
+  seconds: number;
+  /** Freeing the staging memory afterwards (the application is already running). */
+  cleanupSeconds: number;
+  /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
+  phases: Phases;
+  /** Without --detach: the application's exit status once it ends (all null: not known, see waitChildEnd). */
+  exitCode?: number | null;
+  signal?: string | null;
+  signalNumber?: number | null;
+}
+
+export async function restoreProcess(
+  image: string,
+  opts: { device?: string; detach?: boolean; criu?: string; stagingLimit?: bigint; workers?: number; progress?: boolean; running?: () => void } = {},
+): Promise<ProcessRestoreSummary> {
+  const t0 = performance.now();
+  // The pool images and the chain of parents check out before anything runs.
+  const reader = await ImageReader.open(image);
+  const readers = [reader];
+  const loaders: PoolLoader[] = [];
+  // Closed here until the loader takes them.
+  let parents: ImageReader[] | undefined;
+  let fds: RestoreFds | undefined;
+  let scratch: Promise<CriuScratch> | undefined;
+  const refused = new AbortController(); // a check failing stops the unpacking
+  try {
+    const chain = await openChain(reader);
+    parents = chain.parents;
+    const dir = join(reader.path, CRIU_DIR);
+    if (reader.manifest.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
+      throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
+    const criu = findCriu(opts.criu);
+    const info = readProcessInfo(dir);
+    // CRIU's pages are unpacked while the checks run (they touch nothing but
+    // a scratch directory); the pool images wait for every core until then.
+    scratch = unpackCriuDir(dir, { workers: opts.workers, signal: refused.signal });
+    scratch.catch(() => undefined); // awaited below, or cleaned up in finally
+    const members = info.members!;
+    for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
+    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
+    for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
+    await waitPidsFree(info.tree!);
+    readers.forEach((r, i) => {
+      const taken = r.manifest.devices.map((d) => d.uuid);
+      checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
+    });
+    fds = restoreFds(dir, info);
+    const clock = new PhaseClock('restore', t0);
+    clock.mark('checks');
+
+    // The pool images are decompressed while CRIU brings the processes back.
+    const unpacked = await scratch;
+    clock.mark('unpack');
+    parents = undefined; // the first loader's now
+    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
+    const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
+    fds.close();
+    unpacked.cleanup(); // CRIU has read it
+    const criuSeconds = (performance.now() - t0) / 1000;
+    clock.mark('criu');
+    try {
+      await Promise.all(loaders.map((l) => l.whenReady()));
+    } catch (e) {
+      // Without their GPU data the processes cannot run, and they hold the
+      // PIDs another restore needs: they are ended (the image is as it was).
+      killProcess(info.pid);
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`, { exitStatus: EXIT_FAILURE });
+    }
+    clock.mark('load');
+    const resumed = await Promise.allSettled(members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0 })));
+    const failed = resumed.findIndex((r) => r.status === 'rejected');
+    if (failed >= 0) {
+      const e = (resumed[failed] as PromiseRejectedResult).reason as Error;
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
+    }
+    const [resume, ...others] = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value) as [ResumeSummary, ...ResumeSummary[]];
+    clock.mark('resume');
+    // Asked only of a job that ran NCCL: a job without it may end before a hello.
+    const nccl = info.nccl === false ? undefined : await rebuildJob(members);
+    clock.mark('nccl');
+    if (nccl) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${nccl}`);
+    const seconds = (performance.now() - t0) / 1000;
+    const c0 = performance.now();
+    const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
+    await Promise.all(loaders.splice(0).map((l) => l.close()));
+    const summary: ProcessRestoreSummary = {
+      image: reader.path,
+      pid: info.pid,
+      members,
+      criuSeconds: round(criuSeconds),
+      ...(unpacked.pages ? { criuPages: unpacked.pages } : {}),
+      loadSeconds: round(loadSeconds),
+      resume,
+      ...(others.length ? { others } : {}),
+      ...(fds.appended.length ? { appended: fds.appended } : {}),
+      seconds: round(seconds),
+      cleanupSeconds: round((performance.now() - c0) / 1000),
+      phases: clock.phases,
+    };
+    opts.running?.(); // the image is needed no more
+    if (!opts.detach) {
+      const end = await waitAsForeground(restored.done, info.pid);
+      summary.exitCode = end.code;
+      summary.signal = end.signal;
+      summary.signalNumber = end.signalNumber;
+    }
+    return summary;
+  } catch (e) {
+    refused.abort();
+    throw e;
+  } finally {
+    fds?.close();
+    await scratch?.then((s) => s.cleanup(), () => undefined);
+    await Promise.all((parents ?? []).map((p) => p.close()));
+    await Promise.all(loaders.map((l) => l.close()));
+    await Promise.all(readers.map((r) => r.close()));
+  }
+}
