@@ -480,9 +480,11 @@ struct gpck_chunk_export_rep {
  * (only a complete snapshot is listed as such, taken or reclaimed). A
  * snapshot goes on HOLD_DROP, when its process ends (or its PID names
  * another process: start_time), or on HOLD_RECLAIM, oldest first, when an
- * application on its GPU runs out of memory. The holder ends once it holds
- * nothing and no client is connected. */
+ * application on its GPU runs out of memory, unless GPCK_HOLD_KEEP made it
+ * (a pool's only copy while CRIU dumps its process: gpu-snapshot.ts). The
+ * holder ends once it holds nothing and no client is connected. */
 #define GPCK_HOLD_LAST 1u
+#define GPCK_HOLD_KEEP 2u
 
 struct gpck_hold_put_req {
     uint64_t id;               /* 0: a new snapshot (first 0 of part 0) */

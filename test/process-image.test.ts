@@ -227,6 +227,34 @@ describe('whole-process checkpoint', () => {
     await expectNoImageStillRunning(app, ready, out);
   });
 
+  it('the controller killed at points of a checkpoint --leave-running (the copy on its GPU): the process runs on, or resume brings it back with its data', { timeout: 120_000 }, async () => {
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', FAKE_CUDA_SYNC_DELAY_MS: '20' } });
+    const t0 = Date.now();
+    const first = cli(['checkpoint', String(app.pid), '-o', box.path('lr-whole'), '--leave-running', '--json']);
+    expect(json(first.stdout)).toMatchObject({ route: 'gpu' });
+    const whole = Date.now() - t0;
+    const seen: Record<string, number> = {};
+    for (let i = 0; i < 10; i++) {
+      const out = box.path(`lr-killed-${i}`);
+      const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out, '--leave-running'], env);
+      const exited = new Promise((r) => child.on('exit', r));
+      await new Promise((r) => setTimeout(r, (whole * (i + 1)) / 11));
+      child.kill('SIGKILL');
+      await exited;
+      let row: any;
+      expect(await within(30_000, () => ((row = psRow(app.pid)), row?.gate === 'open' || row?.poolState === 'suspended'))).toBe(true);
+      const how = row.gate === 'open' ? 'running' : 'suspended';
+      seen[how] = (seen[how] ?? 0) + 1;
+      if (how === 'suspended') {
+        const r = cli(['resume', String(app.pid)]);
+        expect(r.stderr).toBe('');
+      }
+      expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+      if (existsSync(out)) expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true });
+    }
+    console.log(`checkpoint --leave-running killed: ${JSON.stringify(seen)}`);
+  });
+
   it('restore refuses a --gpu-only image without --into', async () => {
     const { app } = await start();
     const out = box.path('gpu-only');

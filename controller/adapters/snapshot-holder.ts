@@ -91,16 +91,17 @@ export class SnapshotHolder {
   /**
    * Hands a snapshot's parts over, at most MAX_STAGING_FILES fds a
    * request; the holder keeps its own copies of the fds (the caller
-   * closes its). Returns the snapshot's id.
+   * closes its). keep: never reclaimed (a pool's only copy). Returns the
+   * snapshot's id.
    */
-  async put(pid: number, startTime: bigint, parts: PartToHold[]): Promise<bigint> {
+  async put(pid: number, startTime: bigint, parts: PartToHold[], keep = false): Promise<bigint> {
     let id = 0n;
     for (const [part, { uuid, fds, sizes }] of parts.entries())
       for (let first = 0; first < fds.length; first += MAX_STAGING_FILES) {
         const batch = fds.slice(first, first + MAX_STAGING_FILES);
         const bytes = sizes.slice(first, first + MAX_STAGING_FILES).reduce((s, n) => s + n, 0);
         const last = part === parts.length - 1 && first + MAX_STAGING_FILES >= fds.length;
-        const rep = await this.request<HoldReply>(MessageType.HOLD_PUT, { id, startTime, bytes, first, pid, part, flags: last ? HoldFlag.LAST : 0, uuid }, 'hold the snapshot', batch);
+        const rep = await this.request<HoldReply>(MessageType.HOLD_PUT, { id, startTime, bytes, first, pid, part, flags: (last ? HoldFlag.LAST : 0) | (keep ? HoldFlag.KEEP : 0), uuid }, 'hold the snapshot', batch);
         id = rep.id;
       }
     return id;

@@ -15,9 +15,10 @@
  * (DROP_HELD) just before the dump, and this process's copies of them keep
  * the data until it is copied back. A failure before the dump resumes the
  * process from the copy the shim holds, as after a migrate; one after it
- * hands the copy back to the shim first (GPCK_PEER_ADOPT). A controller
- * killed during the dump takes the copy with it: the process stays
- * suspended, and a resume says its data is missing.
+ * hands the copy back to the shim first (GPCK_PEER_ADOPT). While the shim
+ * has let it go, the snapshot holder keeps the copy too (kept-copy.ts): a
+ * controller killed during the dump leaves the process suspended, and a
+ * resume takes the copy back from the holder.
  *
  * Not taken (whyNot; the caller goes through host memory) when the pool is
  * empty or not running, or a GPU lacks room for the copy with memory to spare
@@ -37,6 +38,7 @@ import { describeHeld, type HeldLayout } from './held-memory.js';
 import { DIGEST_BLOCK } from '../image/format.js';
 import { tempDirName } from '../image/temp-dirs.js';
 import { closeAll, holdOnGpus, inBatches } from './peer-hold.js';
+import { dropKept, keepCopy } from './kept-copy.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { ShimSession } from '../adapters/session.js';
 import { defaultHoldDir, freezeOrResume, resumeHalfSuspended, resumeProcess } from './suspend.js';
@@ -48,6 +50,8 @@ interface HeldCopy {
   work: string;
   layout: HeldLayout;
   needs: GpuNeed[];
+  /** The snapshot holder's id of its copy of it (kept-copy.ts). */
+  kept?: string;
 }
 
 export interface LeftRunning {
@@ -140,13 +144,16 @@ export async function checkpointLeavingRunning(
       throw e;
     }
     rmSync(holdDir, { recursive: true, force: true });
+    const kept = await keepCopy(pid, fds, uuids, session.hello.chunkSize, work, held.layout, needs);
     session.close(); // CRIU dumps no process with a connected peer
 
-    const criuDir = join(dirname(work), tempDirName(`${basename(work)}-criu`, pid));
+    // CRIU's files in work, beside the kept copy's description: a resume
+    // after this controller's end removes both.
+    let criuDir = join(work, criuName);
     const d0 = performance.now();
     let dumpFailure: unknown;
     try {
-      mkdirSync(criuDir, { mode: 0o700 });
+      mkdirSync(criuDir, { recursive: true, mode: 0o700 });
       criuDump(criu, dump.root, criuDir, { leaveRunning: true, args: dump.args });
     } catch (e) {
       dumpFailure = e;
@@ -156,7 +163,14 @@ export async function checkpointLeavingRunning(
 
     let back: ShimSession;
     try {
-      back = await copyBack(pid, fds, { work, layout: held.layout, needs }, clock);
+      back = await copyBack(pid, fds, { work, layout: held.layout, needs, ...(kept ? { kept } : {}) }, clock);
+      if (kept) await dropKept(pid, kept);
+      // Out of the way while the image is written at work; this controller's
+      // own (the process runs again): stale, and cleaned, if it dies.
+      const parked = join(dirname(work), tempDirName(`${basename(work)}-criu`));
+      renameSync(criuDir, parked);
+      criuDir = parked;
+      rmSync(work, { recursive: true, force: true });
     } catch (e) {
       rmSync(criuDir, { recursive: true, force: true });
       if (!dumpFailure) throw e;
@@ -230,9 +244,14 @@ async function handBack(pid: number, fds: number[][], held: HeldCopy): Promise<s
       session.close();
     }
   } catch (e) {
+    if (held.kept) {
+      describeHeld(held.work, { ...held.layout, holder: held.kept }, held.needs);
+      return `process ${pid} stays suspended, its pool's copy on the GPU kept by the snapshot holder (${(e as Error).message}; gpuckpt resume ${pid} takes it back)`;
+    }
     return `process ${pid} stays suspended, and its pool's copy on the GPU goes with this command (${(e as Error).message})`;
   }
   if (await resumeProcess(pid).then(() => true, () => false)) {
+    if (held.kept) await dropKept(pid, held.kept);
     rmSync(held.work, { recursive: true, force: true });
     return `process ${pid} resumed from its pool's copy on the GPU; no image written`;
   }

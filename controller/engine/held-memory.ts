@@ -37,6 +37,8 @@ export interface HeldLayout {
   groups: Placed[][];
   /** Held on GPUs instead (peer-hold.ts): the GPU each ordinal's data lies on; groups is empty. */
   gpus?: string[];
+  /** That memory kept by the snapshot holder, not the shim: its snapshot id (gpu-snapshot.ts). */
+  holder?: string;
 }
 
 export interface StagedPool {
@@ -179,6 +181,7 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
       devices: string[];
       groups: (Omit<Placed, 'addr'> & { addr: string })[][];
       gpus?: string[];
+      holder?: string;
     };
     return {
       rawBytes: raw.rawBytes,
@@ -187,6 +190,7 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
       devices: raw.devices,
       groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))),
       gpus: raw.gpus,
+      ...(raw.holder ? { holder: raw.holder } : {}),
     };
   } catch (e) {
     throw new GpuckptError('INTERNAL', `the held data's layout at ${join(dir, LAYOUT_FILE)} is unreadable: ${(e as Error).message}`);

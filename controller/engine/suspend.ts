@@ -28,6 +28,7 @@ import { loadDigestKernels } from './block-digests.js';
 import type { FrameworkUse } from './framework-free.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
+import { adoptKept, dropKept } from './kept-copy.js';
 import { ImageReader, publishedPath, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
@@ -328,6 +329,8 @@ export async function resumeProcess(
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
     const needs = readGpuNeeds(where);
     checkGpuRoom(pid, layout?.gpus ? besidesHeld(needs, layout.gpus, current, pairs) : needs, current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
+    // Its copy on the GPU kept by the snapshot holder (its checkpoint's controller died): back to the shim first.
+    if (layout?.holder) await adoptKept(session, pid, { ...layout, holder: layout.holder });
     clock.mark('checks');
 
     try {
@@ -374,10 +377,11 @@ export async function resumeProcess(
     await session.resume();
     clock.mark('reopen');
     endDriverKeeper(pid); // the application holds the driver again
+    if (layout?.holder) await dropKept(pid, layout.holder);
     // Held in memory, the layout's directory is the hold directory: removed whole.
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
-    // Held in a checkpoint's working directory (its controller died while CRIU waited): half an image, not to be kept.
-    else if (!opts.keepImage && tempDirOwner(basename(where)) === pid) rmSync(where, { recursive: true, force: true });
+    // Held in a checkpoint's working directory (its controller died while CRIU dumped): half an image, not to be kept.
+    if (!opts.keepImage && tempDirOwner(basename(where)) === pid) rmSync(where, { recursive: true, force: true });
     return {
       pid,
       image: where,

@@ -23,6 +23,7 @@ struct snapshot {
     uint64_t id, start_time, created_ms;
     int32_t pid;
     bool complete;
+    bool keep; /* GPCK_HOLD_KEEP: a pool's only copy, never reclaimed */
     int creator; /* the connection handing it over, until complete */
     uint32_t parts;
     struct part part[GPCK_MAX_DEVICES];
@@ -106,7 +107,7 @@ static int handle_hold_put(struct request *r)
         }
         s = &snaps[nsnaps++];
         *s = (struct snapshot){ .id = next_id++, .start_time = q->start_time, .created_ms = holder_now_ms(CLOCK_REALTIME),
-                                .pid = q->pid, .creator = r->client };
+                                .pid = q->pid, .keep = (q->flags & GPCK_HOLD_KEEP) != 0, .creator = r->client };
     } else if (!(s = find(q->id)) || s->complete || s->pid != q->pid || s->creator != r->client) {
         return -ENOENT;
     }
@@ -217,7 +218,7 @@ static int handle_hold_reclaim(struct request *r)
         struct snapshot *oldest = NULL;
         uint64_t there = 0, b;
         for (size_t i = 0; i < nsnaps; i++)
-            if (snaps[i].complete && on_gpu(&snaps[i], q->uuid, &b) && (!oldest || snaps[i].id < oldest->id)) {
+            if (snaps[i].complete && !snaps[i].keep && on_gpu(&snaps[i], q->uuid, &b) && (!oldest || snaps[i].id < oldest->id)) {
                 oldest = &snaps[i];
                 there = b;
             }

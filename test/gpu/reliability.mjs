@@ -144,6 +144,17 @@ export async function runReliability(h) {
     return `checkpoint --leave-running (pool copied on the GPU) failed in one line at the dump (${quote(dump)}) and at the copy back (${quote(back)}); no image; the process runs with its data`;
   });
 
+  /** gpuckpt ARGS running until its CRIU dumps (not at CRIU's --version): the controller, and its end. */
+  async function untilCriuDumps(args) {
+    const [cmd, argv] = cliCommand(args);
+    const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
+    const gone = new Promise((r) => ctl.on('close', r));
+    const kids = (q) => (fs.readFileSync(`/proc/${q}/task/${q}/children`, 'utf8').match(/\d+/g) ?? []).map(Number);
+    const dumping = () => kids(ctl.pid).some((c) => fs.readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+    for (let t0 = Date.now(); !dumping(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');
+    return { ctl, gone };
+  }
+
   // CRIU 4.1.1 itself waits at gpuckpt's gate (controller/adapters/criu-gate.ts).
   await test('faults/criu-gate', async () => {
     if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
@@ -159,13 +170,7 @@ export async function runReliability(h) {
       await state('after a checkpoint that failed while CRIU waited');
       // The controller stopped once CRIU runs, then killed at the gate: the process stays suspended.
       const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
-      const [cmd, argv] = cliCommand(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
-      const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
-      const gone = new Promise((r) => ctl.on('close', r));
-      const kids = (q) => (fs.readFileSync(`/proc/${q}/task/${q}/children`, 'utf8').match(/\d+/g) ?? []).map(Number);
-      // CRIU's dump, not the `criu --version` of the checks.
-      const runsCriu = () => kids(ctl.pid).some((c) => fs.readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
-      for (let t0 = Date.now(); !runsCriu(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');
+      const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
       process.kill(ctl.pid, 'SIGSTOP');
       const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'dumped')));
       for (let t0 = Date.now(); !atGate(); await sleep(20)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not reach the gate');
@@ -178,6 +183,27 @@ export async function runReliability(h) {
       await state('after the resume of a process held at the gate');
       noImage(path.join(p.dir, 'killed'), 'a checkpoint killed at the gate');
       return `a failure while CRIU waited (${quote(line)}) and a controller killed there (the process suspended, GPU free; resume brought it back) both left the process running with its data, no image`;
+    } finally {
+      p.close();
+    }
+  });
+
+  // checkpoint --leave-running's copy on the GPU, kept by the snapshot holder while CRIU dumps (engine/kept-copy.ts).
+  await test('faults/leave-running-killed', async () => {
+    if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
+    const p = launchViaFifo('static_cudart');
+    try {
+      const ready = await p.nextLine('ready', 120_000);
+      const pid = String(ready.pid);
+      const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed'), '--leave-running']);
+      ctl.kill('SIGKILL'); // CRIU dumps on and lets the process run, its pool released
+      await gone;
+      const after = await settled(ready.pid);
+      if (after !== 'suspended') throw failure(`after its controller died in the dump the process is ${after}, not suspended`);
+      await ok(['resume', pid]);
+      expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'after the resume from the kept copy');
+      noImage(path.join(p.dir, 'killed'), 'a checkpoint --leave-running killed in the dump');
+      return 'the controller killed while CRIU dumped: the process was left suspended, and resume took its pool\'s copy on the GPU back from the snapshot holder, data bit for bit';
     } finally {
       p.close();
     }
