@@ -481,7 +481,8 @@ struct gpck_chunk_export_rep {
  * snapshot goes on HOLD_DROP, when its process ends (or its PID names
  * another process: start_time), or on HOLD_RECLAIM, oldest first, when an
  * application on its GPU runs out of memory, unless GPCK_HOLD_KEEP made it
- * (a pool's only copy while CRIU dumps its process: gpu-snapshot.ts). The
+ * (a pool's only copy while CRIU dumps its process: gpu-snapshot.ts), which
+ * only its own process's HOLD_RECLAIM lets go (it runs on its pool). The
  * holder ends once it holds nothing and no client is connected. */
 #define GPCK_HOLD_LAST 1u
 #define GPCK_HOLD_KEEP 2u

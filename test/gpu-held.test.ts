@@ -200,4 +200,34 @@ describe('GPU-held snapshots', () => {
     expect(cli(['restore', s.snapshot, '--into', String(app.pid)]).code).toBe(2);
     await app.quit();
   });
+
+  it("keeps a pool's only copy (GPCK_HOLD_KEEP) from another's reclaim, and lets it go when its own process allocates again", async () => {
+    const { app } = await start({ FAKE_CUDA_MEM_MB: '64' });
+    const other = await start({ FAKE_CUDA_MEM_MB: '64' });
+    cli(['checkpoint', String(app.pid), '--gpu-only', '--to-gpu'], { FAKE_CUDA_MEM_MB: '64' }); // a holder runs
+    cli(['release', '--all']);
+    const holder = SnapshotHolder.connect(box.runDir)!;
+    // As checkpoint --leave-running keeps a copy while CRIU dumps (engine/kept-copy.ts), one for each process.
+    const keep = async (pid: number) => {
+      const memfd = native().createMemfd(1 << 20);
+      try {
+        return await holder.put(pid, BigInt(startTime(pid)!), [{ uuid: 'GPU-46414b45-0000-0000-0000-000000000000', fds: [memfd], sizes: [1 << 20] }], true);
+      } finally {
+        native().closeFd(memfd);
+      }
+    };
+    const mine = await keep(app.pid);
+    const theirs = await keep(other.app.pid);
+    const held = async () => (await holder.list()).entries.map((e) => e.id).sort();
+    expect(await held()).toEqual([mine, theirs].sort());
+    // The other process runs out of memory: its own kept copy goes, never another's.
+    expect((await other.app.command('try-alloc 64')).result).toBe(2);
+    expect(await held()).toEqual([mine]);
+    expect((await app.command('try-alloc 64')).result).toBe(2);
+    expect(await held()).toEqual([]);
+    expect(readFileSync(join(box.runDir, 'logs', 'snapshot-holder.log'), 'utf8')).toMatch(new RegExp(`let snapshot ${mine} of process ${app.pid} go \\([0-9]+ MiB\\): its process runs on its pool again`));
+    holder.close();
+    await app.quit();
+    await other.app.quit();
+  });
 });

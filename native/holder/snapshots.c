@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "gpuckpt_protocol.h"
@@ -214,6 +215,18 @@ static int handle_hold_reclaim(struct request *r)
     if (!q)
         return -EPROTO;
     *rep = (struct gpck_hold_rep){ 0 };
+    /* Asked by a process that allocates: it runs on its pool, so a copy kept
+     * for it while it was suspended (its controller died) is stale. */
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uint64_t mine;
+    if (getsockopt(r->client, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        for (size_t i = nsnaps; i-- > 0;)
+            if (snaps[i].keep && snaps[i].pid == cred.pid && on_gpu(&snaps[i], q->uuid, &mine)) {
+                rep->bytes += mine;
+                rep->count++;
+                drop(&snaps[i], "its process runs on its pool again");
+            }
     while (rep->bytes < q->bytes) {
         struct snapshot *oldest = NULL;
         uint64_t there = 0, b;
