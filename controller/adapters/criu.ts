@@ -95,9 +95,23 @@ function keepLog(log: string, what: string): string {
 
 const KEPT_LOGS = 20;
 
+/** CRIU's arguments for a dump of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
+function dumpArgs(root: number, dir: string, args: string[]): string[] {
+  return ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...args];
+}
+
+/**
+ * CRIU started through a shell that ignores SIGINT and SIGQUIT, which a
+ * terminal sends its whole process group: they are gpuckpt's to act on, or
+ * the restored job's (whose own dispositions come back from the image).
+ */
+function spawnDeafToTerminal(criu: Criu, args: string[], stdio: ('inherit' | 'ignore' | 'pipe' | number)[]): ChildProcess {
+  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio, env: criuEnv(criu) });
+}
+
 /** `criu dump` of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
 export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[] }): void {
-  const args = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...opts.args];
+  const args = dumpArgs(root, dir, opts.args);
   if (opts.leaveRunning) args.push('--leave-running');
   const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', env: criuEnv(criu) });
   if (r.status !== 0) throw dumpFailed(root, dir, r.stderr || r.error?.message || '');
@@ -120,8 +134,7 @@ export async function criuDumpGated(criu: Criu, root: number, dir: string, args:
   const gate = DumpGate.open();
   try {
     // A terminal's Ctrl-C is gpuckpt's to act on (its answer at the gate), not CRIU's, nor its script's.
-    const argv = ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', '-v4', ...args, '--action-script', gate.script];
-    const child = spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...argv], { stdio: ['ignore', 'ignore', 'pipe'], env: criuEnv(criu) });
+    const child = spawnDeafToTerminal(criu, [...dumpArgs(root, dir, args), '--action-script', gate.script], ['ignore', 'ignore', 'pipe']);
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     let exited: ChildExit | undefined;
@@ -164,9 +177,7 @@ export interface InheritedFd {
  * For an attached restore the tree's root comes back as this process's
  * child (--restore-sibling), so that its exit status is had (an attached
  * CRIU would reap it and exit 0 whatever it was). A terminal job gets this
- * command's terminal; inherit fds go to CRIU from fd 3 on. CRIU ignores
- * SIGINT and SIGQUIT, which a terminal sends the restored job itself (the
- * job's own dispositions come back from the image).
+ * command's terminal; inherit fds go to CRIU from fd 3 on.
  */
 function criuRestore(
   criu: Criu,
@@ -178,7 +189,7 @@ function criuRestore(
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
   const std: ('inherit' | 'ignore' | 'pipe')[] = opts.terminal ? ['inherit', 'inherit', 'inherit'] : ['ignore', 'ignore', 'pipe'];
-  return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio: [...std, ...opts.inherit.map((h) => h.fd)], env: criuEnv(criu) });
+  return spawnDeafToTerminal(criu, args, [...std, ...opts.inherit.map((h) => h.fd)]);
 }
 
 /**

@@ -28,6 +28,11 @@ export function logsDir(): string {
   return join(ownRunDir(), 'logs');
 }
 
+/** The run directory of pid's own environment, else ours: where its snapshot holder serves. */
+export function runDirOf(pid: number): string {
+  return processRunDir(pid) ?? ownRunDir();
+}
+
 /** The target's own run directory, if its environment is readable. */
 export function processRunDir(pid: number): string | undefined {
   try {

@@ -37,7 +37,7 @@ import { measureGpuNeeds, whyNoRoomForCopy, writeGpuNeeds, type GpuNeed } from '
 import { describeHeld, type HeldLayout } from './held-memory.js';
 import { DIGEST_BLOCK } from '../image/format.js';
 import { tempDirName } from '../image/temp-dirs.js';
-import { closeAll, holdOnGpus, inBatches } from './peer-hold.js';
+import { adoptCopy, closeAll, holdOnGpus, inBatches } from './peer-hold.js';
 import { dropKept, keepCopy } from './kept-copy.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { ShimSession } from '../adapters/session.js';
@@ -238,8 +238,7 @@ async function handBack(pid: number, fds: number[][], held: HeldCopy): Promise<s
       // The failed session's leaving (the pool released again) may still be on its way.
       if (!(await session.settledStatus((s) => s.poolState === PoolState.SUSPENDED)))
         throw new GpuckptError('SHIM_ERROR', 'the process did not come back to suspended');
-      await session.peerAdopt(0, 0, []);
-      await inBatches(fds, (device, first, batch) => session.peerAdopt(device, first, batch));
+      await adoptCopy(session, fds);
     } finally {
       session.close();
     }

@@ -8,18 +8,14 @@
  */
 import { mkdirSync } from 'node:fs';
 import { runningStartTime } from '../adapters/processes.js';
-import { ownRunDir, processRunDir } from '../adapters/run-dir.js';
+import { runDirOf } from '../adapters/run-dir.js';
 import type { ShimSession } from '../adapters/session.js';
 import { SnapshotHolder } from '../adapters/snapshot-holder.js';
 import { GpuckptError } from '../base/errors.js';
 import { log } from '../base/log.js';
 import type { GpuNeed } from './gpu-room.js';
 import { describeHeld, type HeldLayout } from './held-memory.js';
-import { closeAll, inBatches } from './peer-hold.js';
-
-function holderOf(pid: number): string {
-  return processRunDir(pid) ?? ownRunDir();
-}
+import { adoptCopy, closeAll } from './peer-hold.js';
 
 /**
  * The copy's fds (per ordinal, chunk bytes each) handed to the holder as
@@ -32,7 +28,7 @@ export async function keepCopy(pid: number, fds: number[][], gpus: string[], chu
   try {
     const started = runningStartTime(pid);
     if (started === undefined) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
-    holder = await SnapshotHolder.connectOrStart(holderOf(pid));
+    holder = await SnapshotHolder.connectOrStart(runDirOf(pid));
     const parts = fds.flatMap((list, device) => (list.length ? [{ uuid: gpus[device]!, fds: list, sizes: list.map(() => Number(chunk)) }] : []));
     const id = String(await holder.put(pid, BigInt(started), parts, true));
     mkdirSync(where, { recursive: true, mode: 0o700 });
@@ -46,22 +42,21 @@ export async function keepCopy(pid: number, fds: number[][], gpus: string[], chu
   }
 }
 
-/** The kept copy back in the shim of a suspended process, as a suspend's hold on GPUs (GPCK_PEER_ADOPT). */
-export async function adoptKept(session: ShimSession, pid: number, layout: HeldLayout & { holder: string }): Promise<void> {
-  const holder = SnapshotHolder.connect(holderOf(pid));
-  const gone = `its pool's copy on the GPU, which the snapshot holder kept (snapshot ${layout.holder}), is gone`;
-  if (!holder) throw new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: ${gone}`);
-  const fds: number[][] = (layout.gpus ?? []).map(() => []);
+/** The kept copy (snapshot id, on gpus by ordinal) back in the shim of a suspended process, as a suspend's hold on GPUs. */
+export async function adoptKept(session: ShimSession, pid: number, id: string, gpus: string[]): Promise<void> {
+  const holder = SnapshotHolder.connect(runDirOf(pid));
+  const gone = new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: its pool's copy on the GPU, which the snapshot holder kept (snapshot ${id}), is gone`);
+  if (!holder) throw gone;
+  const fds: number[][] = gpus.map(() => []);
   try {
-    const entries = (await holder.list()).entries.filter((e) => String(e.id) === layout.holder);
-    if (!entries.length) throw new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: ${gone}`);
+    const entries = (await holder.list()).entries.filter((e) => String(e.id) === id);
+    if (!entries.length) throw gone;
     for (const e of entries) {
-      const device = layout.gpus!.findIndex((u) => u.toLowerCase() === e.uuid.toLowerCase());
-      if (device < 0) throw new GpuckptError('INTERNAL', `snapshot ${layout.holder} holds memory on ${e.uuid}, which process ${pid} did not use`);
-      fds[device] = await holder.take(BigInt(layout.holder), e.part, e.fds);
+      const device = gpus.findIndex((u) => u.toLowerCase() === e.uuid.toLowerCase());
+      if (device < 0) throw new GpuckptError('INTERNAL', `snapshot ${id} holds memory on ${e.uuid}, which process ${pid} did not use`);
+      fds[device] = await holder.take(BigInt(id), e.part, e.fds);
     }
-    await session.peerAdopt(0, 0, []);
-    await inBatches(fds, (device, first, batch) => session.peerAdopt(device, first, batch));
+    await adoptCopy(session, fds);
   } finally {
     closeAll(fds); // the shim has its own copies now
     holder.close();
@@ -70,7 +65,7 @@ export async function adoptKept(session: ShimSession, pid: number, layout: HeldL
 
 /** The holder lets the kept copy go (the process runs on its pool again); a failure leaves it until the process ends. */
 export async function dropKept(pid: number, id: string): Promise<void> {
-  const holder = SnapshotHolder.connect(holderOf(pid));
+  const holder = SnapshotHolder.connect(runDirOf(pid));
   try {
     await holder?.drop(BigInt(id), pid);
   } catch {

@@ -66,6 +66,12 @@ export async function inBatches(fds: number[][], send: (device: number, first: n
       await send(device, first, fds[device].slice(first, first + most), device === used.at(-1) && first + most >= fds[device].length);
 }
 
+/** A copy on the GPUs (fds per ordinal) handed to the shim of a suspended process as its hold (GPCK_PEER_ADOPT), anew. */
+export async function adoptCopy(session: ShimSession, fds: number[][]): Promise<void> {
+  await session.peerAdopt(0, 0, []);
+  await inBatches(fds, (device, first, batch) => session.peerAdopt(device, first, batch));
+}
+
 /**
  * Copies the pool into memory on the GPUs the process moves to and leaves
  * the process paused (the caller then suspends the pool with held 'peer');

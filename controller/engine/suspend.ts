@@ -330,7 +330,7 @@ export async function resumeProcess(
     const needs = readGpuNeeds(where);
     checkGpuRoom(pid, layout?.gpus ? besidesHeld(needs, layout.gpus, current, pairs) : needs, current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
     // Its copy on the GPU kept by the snapshot holder (its checkpoint's controller died): back to the shim first.
-    if (layout?.holder) await adoptKept(session, pid, { ...layout, holder: layout.holder });
+    if (layout?.holder) await adoptKept(session, pid, layout.holder, layout.gpus ?? []);
     clock.mark('checks');
 
     try {

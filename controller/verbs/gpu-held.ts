@@ -22,7 +22,7 @@
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
-import { processRunDir, ownRunDir } from '../adapters/run-dir.js';
+import { ownRunDir, runDirOf } from '../adapters/run-dir.js';
 import { isAlive, startTime } from '../adapters/processes.js';
 import { ShimSession } from '../adapters/session.js';
 import { SnapshotHolder, type HoldEntry } from '../adapters/snapshot-holder.js';
@@ -107,7 +107,7 @@ export async function snapshotToGpu(pid: number, opts: { gpu?: string; leaseMs?:
     const { chunkSize: chunk, poolBase } = session.hello;
     const noRoom = whyNoRoomForCopy(status, to, chunk, 'a snapshot');
     if (noRoom) throw new GpuckptError('TARGET_NO_MEMORY', `no snapshot in GPU memory: ${noRoom}; process ${pid} runs on untouched (gpuckpt checkpoint --gpu-only -o DIR keeps one in host memory and on disk)`);
-    const runDir = processRunDir(pid) ?? ownRunDir();
+    const runDir = runDirOf(pid);
     holder = await SnapshotHolder.connectOrStart(runDir);
     clock.mark('checks');
     const leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
@@ -213,7 +213,7 @@ export async function restoreFromGpu(name: string, pid: number, opts: { leaseMs?
   const t0 = performance.now();
   const id = parseName(name);
   if (!isAlive(pid)) throw new GpuckptError('PID_NOT_RUNNING', `process ${pid} is not running`);
-  const runDir = processRunDir(pid) ?? ownRunDir();
+  const runDir = runDirOf(pid);
   const record = readRecord(runDir, id);
   const holder = SnapshotHolder.connect(runDir);
   const gone = `no GPU-held snapshot ${name} (released, its process ended, or its GPU's memory was needed; gpuckpt ps lists those held)`;
@@ -330,7 +330,7 @@ export interface ReleaseSummary {
 /** Lets snapshots go: by name, or every one of a process (pid), or all (neither). */
 export async function releaseGpuSnapshots(names: string[], pid?: number): Promise<ReleaseSummary> {
   const ids = names.map(parseName);
-  const runDir = pid !== undefined ? (processRunDir(pid) ?? ownRunDir()) : ownRunDir();
+  const runDir = pid !== undefined ? runDirOf(pid) : ownRunDir();
   const holder = SnapshotHolder.connect(runDir);
   if (!holder) {
     if (ids.length) throw new GpuckptError('IMAGE_MISSING', `no GPU-held snapshot ${names[0]}: no snapshot is held`);

@@ -144,6 +144,18 @@ export async function runReliability(h) {
     return `checkpoint --leave-running (pool copied on the GPU) failed in one line at the dump (${quote(dump)}) and at the copy back (${quote(back)}); no image; the process runs with its data`;
   });
 
+  /** A test of static_cudart under the real CRIU: body(p, ready) with the program launched (launchViaFifo) and ready. */
+  const criuProgramTest = (name, body) =>
+    test(name, async () => {
+      if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
+      const p = launchViaFifo('static_cudart');
+      try {
+        return await body(p, await p.nextLine('ready', 120_000));
+      } finally {
+        p.close();
+      }
+    });
+
   /** gpuckpt ARGS running until its CRIU dumps (not at CRIU's --version): the controller, and its end. */
   async function untilCriuDumps(args) {
     const [cmd, argv] = cliCommand(args);
@@ -156,57 +168,43 @@ export async function runReliability(h) {
   }
 
   // CRIU 4.1.1 itself waits at gpuckpt's gate (controller/adapters/criu-gate.ts).
-  await test('faults/criu-gate', async () => {
-    if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
-    const p = launchViaFifo('static_cudart');
-    try {
-      const ready = await p.nextLine('ready', 120_000);
-      const pid = String(ready.pid);
-      const state = async (what) => expectSame((await p.send('state', 'state')).buffers, ready.buffers, what);
-      // A failure while CRIU waits: the gate says no, CRIU lets the tree run, the process is resumed.
-      const out = path.join(p.dir, 'unsynced');
-      const line = failsInOneLine(await gpuckpt(['checkpoint', pid, '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' }), new RegExp(`criu-sync .*; process ${pid} resumed$`), 'image not made durable');
-      noImage(out, 'image not made durable');
-      await state('after a checkpoint that failed while CRIU waited');
-      // The controller stopped once CRIU runs, then killed at the gate: the process stays suspended.
-      const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
-      const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
-      process.kill(ctl.pid, 'SIGSTOP');
-      const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'dumped')));
-      for (let t0 = Date.now(); !atGate(); await sleep(20)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not reach the gate');
-      ctl.kill('SIGKILL');
-      await gone;
-      const after = await settled(ready.pid);
-      if (after !== 'suspended') throw failure(`after its controller died at the gate the process is ${after}, not suspended`);
-      if (Object.keys(gpuMemoryOf(ready.pid)).length) throw failure('held at the gate but holding GPU memory');
-      await ok(['resume', pid]);
-      await state('after the resume of a process held at the gate');
-      noImage(path.join(p.dir, 'killed'), 'a checkpoint killed at the gate');
-      return `a failure while CRIU waited (${quote(line)}) and a controller killed there (the process suspended, GPU free; resume brought it back) both left the process running with its data, no image`;
-    } finally {
-      p.close();
-    }
+  await criuProgramTest('faults/criu-gate', async (p, ready) => {
+    const pid = String(ready.pid);
+    const state = async (what) => expectSame((await p.send('state', 'state')).buffers, ready.buffers, what);
+    // A failure while CRIU waits: the gate says no, CRIU lets the tree run, the process is resumed.
+    const out = path.join(p.dir, 'unsynced');
+    const line = failsInOneLine(await gpuckpt(['checkpoint', pid, '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' }), new RegExp(`criu-sync .*; process ${pid} resumed$`), 'image not made durable');
+    noImage(out, 'image not made durable');
+    await state('after a checkpoint that failed while CRIU waited');
+    // The controller stopped once CRIU runs, then killed at the gate: the process stays suspended.
+    const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
+    const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
+    process.kill(ctl.pid, 'SIGSTOP');
+    const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'dumped')));
+    for (let t0 = Date.now(); !atGate(); await sleep(20)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not reach the gate');
+    ctl.kill('SIGKILL');
+    await gone;
+    const after = await settled(ready.pid);
+    if (after !== 'suspended') throw failure(`after its controller died at the gate the process is ${after}, not suspended`);
+    if (Object.keys(gpuMemoryOf(ready.pid)).length) throw failure('held at the gate but holding GPU memory');
+    await ok(['resume', pid]);
+    await state('after the resume of a process held at the gate');
+    noImage(path.join(p.dir, 'killed'), 'a checkpoint killed at the gate');
+    return `a failure while CRIU waited (${quote(line)}) and a controller killed there (the process suspended, GPU free; resume brought it back) both left the process running with its data, no image`;
   });
 
   // checkpoint --leave-running's copy on the GPU, kept by the snapshot holder while CRIU dumps (engine/kept-copy.ts).
-  await test('faults/leave-running-killed', async () => {
-    if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
-    const p = launchViaFifo('static_cudart');
-    try {
-      const ready = await p.nextLine('ready', 120_000);
-      const pid = String(ready.pid);
-      const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed'), '--leave-running']);
-      ctl.kill('SIGKILL'); // CRIU dumps on and lets the process run, its pool released
-      await gone;
-      const after = await settled(ready.pid);
-      if (after !== 'suspended') throw failure(`after its controller died in the dump the process is ${after}, not suspended`);
-      await ok(['resume', pid]);
-      expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'after the resume from the kept copy');
-      noImage(path.join(p.dir, 'killed'), 'a checkpoint --leave-running killed in the dump');
-      return 'the controller killed while CRIU dumped: the process was left suspended, and resume took its pool\'s copy on the GPU back from the snapshot holder, data bit for bit';
-    } finally {
-      p.close();
-    }
+  await criuProgramTest('faults/leave-running-killed', async (p, ready) => {
+    const pid = String(ready.pid);
+    const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed'), '--leave-running']);
+    ctl.kill('SIGKILL'); // CRIU dumps on and lets the process run, its pool released
+    await gone;
+    const after = await settled(ready.pid);
+    if (after !== 'suspended') throw failure(`after its controller died in the dump the process is ${after}, not suspended`);
+    await ok(['resume', pid]);
+    expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'after the resume from the kept copy');
+    noImage(path.join(p.dir, 'killed'), 'a checkpoint --leave-running killed in the dump');
+    return 'the controller killed while CRIU dumped: the process was left suspended, and resume took its pool\'s copy on the GPU back from the snapshot holder, data bit for bit';
   });
 
   // --------------------------------------------------------- restore steps --
@@ -322,22 +320,15 @@ export async function runReliability(h) {
    * real afterwards, must bring the process back under its pid with its data.
    */
   async function failedRestoreTest(name, fails) {
-    await test(name, async () => {
-      if (!hasCriu()) throw new Skip('criu not on PATH (source .device/setup.sh)');
-      const p = launchViaFifo('static_cudart');
-      try {
-        const ready = await p.nextLine('ready', 120_000);
-        const image = path.join(p.dir, 'whole');
-        await ok(['checkpoint', String(ready.pid), '-o', image]);
-        for (let i = 0; i < 100 && p.alive(ready.pid); i++) await sleep(50);
-        const what = await fails(image, ready.pid, p);
-        const back = await cliJson(['restore', image, '--detach', '--json'], 300_000);
-        if (back.pid !== ready.pid) throw failure(`restore gave pid ${back.pid}, expected ${ready.pid}`);
-        expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'state after the real restore');
-        return `${what}; the real CRIU restore of the image afterwards brought the process back with its data`;
-      } finally {
-        p.close();
-      }
+    await criuProgramTest(name, async (p, ready) => {
+      const image = path.join(p.dir, 'whole');
+      await ok(['checkpoint', String(ready.pid), '-o', image]);
+      for (let i = 0; i < 100 && p.alive(ready.pid); i++) await sleep(50);
+      const what = await fails(image, ready.pid, p);
+      const back = await cliJson(['restore', image, '--detach', '--json'], 300_000);
+      if (back.pid !== ready.pid) throw failure(`restore gave pid ${back.pid}, expected ${ready.pid}`);
+      expectSame((await p.send('state', 'state')).buffers, ready.buffers, 'state after the real restore');
+      return `${what}; the real CRIU restore of the image afterwards brought the process back with its data`;
     });
   }
 
