@@ -5,6 +5,7 @@
  * its kind (errors.ts: 2 usage, 3 refused untouched, 1 failure); anything
  * else is a bug and keeps its stack.
  */
+import { log } from '../controller/base/log.js';
 import { Command, CommanderError, Option } from 'commander';
 import { checkpointJobGpuOnly, resumeJob, suspendJob } from '../controller/verbs/job.js';
 import { parseTarget } from '../controller/verbs/job-target.js';
@@ -497,3 +498,6 @@ async function main(): Promise<void> {
 }
 
 await main();
+// Where the time goes after the command (debug trace): thread pools and handles closing.
+log('debug', 'cli', 'command done');
+process.once('exit', () => log('debug', 'cli', 'exiting'));

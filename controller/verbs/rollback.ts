@@ -10,6 +10,7 @@
  */
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
+import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { ImageReader, type Manifest } from '../image/index.js';
 import { ShimSession } from '../adapters/session.js';
 import { PoolLoader } from '../engine/pool-loader.js';
@@ -32,10 +33,13 @@ export interface RollbackSummary {
   copySeconds: number;
   copyGBps: number;
   ringMode: boolean;
+  /** Where the time went: open, load (frames checked, into staging), pause, copy, resume. */
+  phases: Phases;
 }
 
 export async function restoreInto(imagePath: string, pid: number, opts: RollbackOptions = {}): Promise<RollbackSummary> {
   const t0 = performance.now();
+  const clock = new PhaseClock(`restore into ${pid}`, t0);
   const reader = await ImageReader.open(imagePath);
   let session: ShimSession | undefined;
   let loader: PoolLoader | undefined;
@@ -44,7 +48,9 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
     session = await ShimSession.open(pid);
     checkPoolLayout(m.pool, session.hello, pid);
     checkAllocations(m, await session.listAllocations(), pid);
+    clock.mark('open');
     loader = await PoolLoader.prepare(session, reader, opts);
+    clock.mark('load');
 
     const pauseStart = performance.now();
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS, true);
@@ -56,6 +62,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
       await session.resume().catch(() => undefined); // nothing written yet
       throw e;
     }
+    clock.mark('pause');
     try {
       copySeconds = await loader.copyIn(session);
     } catch (e) {
@@ -65,8 +72,10 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
       session.close();
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${await afterCutRollback(pid, reader.path)}`);
     }
+    clock.mark('copy');
     faultPoint('reopen');
     await session.resume();
+    clock.mark('resume');
     const pauseSeconds = (performance.now() - pauseStart) / 1000;
     const raw = Number(m.data.rawBytes);
     return {
@@ -78,6 +87,7 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
       copySeconds: round(copySeconds, 4),
       copyGBps: round(raw / 1e9 / Math.max(copySeconds, 1e-9), 2),
       ringMode: !loader.fits,
+      phases: clock.phases,
     };
   } finally {
     session?.close();
