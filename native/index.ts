@@ -40,6 +40,8 @@ interface NativeModule {
   setBlocking(fd: number, blocking: boolean): boolean;
   /** fd's pipe buffer raised to the most a user may give (1 MiB by default); its size after, 0 for no pipe. */
   growPipe(fd: number): number;
+  /** fd pointed at /dev/null: its pipe's reader sees the end now, not at this process's exit. */
+  endOutput(fd: number): void;
   /** A named pipe at path, mode 0600; throws with the errno (EEXIST where something is there). */
   makeFifo(path: string): void;
   /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */

@@ -82,6 +82,34 @@ describe('an image streamed', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
+  it('a checkpoint that fails while it streams: the stream stops short, the receiver refuses it, the process runs on', async () => {
+    const { app } = await start();
+    const tmp = passing('failed');
+    const before = (await app.command('mutate')).buffers;
+    const q = (a: string[]) => [BIN, ...a].map((w) => `'${w}'`).join(' ');
+    const pid = String(app.pid);
+    const r = spawnSync('bash', ['-c', `GPUCKPT_TEST_FAULT=image-write ${q(['checkpoint', pid, '--gpu-only', '-o', '-'])} | ${q(['restore', '-', '--into', pid])}; echo "\${PIPESTATUS[*]}"`], {
+      env: box.env({ ...env, TMPDIR: tmp }),
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(r.stdout.trim()).toBe('1 3');
+    expect(r.stderr).toMatch(/^gpuckpt: injected fault at image-write/m);
+    expect(r.stderr).toMatch(/^gpuckpt: image stream is truncated: it ends \d+ bytes in, inside /m);
+    expect(sameBuffers((await app.command('state')).buffers, before)).toBe(true);
+    expect(readdirSync(tmp)).toEqual([]);
+    // The sender's process went with the checkpoint (other tests' senders have another TMPDIR).
+    const senders = spawnSync('pgrep', ['-f', 'stream-sender.js']).stdout.toString().split('\n').filter(Boolean);
+    const ours = senders.filter((p) => {
+      try {
+        return readFileSync(`/proc/${p}/environ`, 'utf8').split('\0').includes(`TMPDIR=${tmp}`);
+      } catch {
+        return false; // gone meanwhile
+      }
+    });
+    expect(ours).toEqual([]);
+  });
+
   it('a damaged or cut stream is refused in one line before anything is restored', async () => {
     const { app } = await start();
     const tmp = passing('damaged');

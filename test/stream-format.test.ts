@@ -8,10 +8,12 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { appendFileSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
+import { spawn } from 'node:child_process';
+import { open } from 'node:fs/promises';
 import type { ImageWriter } from '../controller/image/writer.js';
+import { native } from '../native/index.js';
 
-// From dist: the sender runs in a worker thread (dist/controller/image/stream-sender.js).
+// From dist: the sender runs as a process of its own (dist/controller/image/stream-sender.js).
 const { receiveImage, sendImage } = await import(new URL('../dist/controller/image/stream.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-stream-'));
@@ -80,8 +82,29 @@ const into = (name: string, said: { bound?: number } = {}) => async (bound: numb
   return dir;
 };
 
+/**
+ * receiveImage of bytes as a user's pipe gives them: from a FIFO that dd
+ * fills in pieces of 1000 bytes, so reads come short and records span them.
+ */
+async function receiveFrom(bytes: Buffer, dirFor: ReturnType<typeof into>): Promise<{ files: number }> {
+  const id = Math.random().toString(16).slice(2);
+  const file = join(root, `bytes-${id}`);
+  const fifo = join(root, `fifo-${id}`);
+  writeFileSync(file, bytes);
+  native().makeFifo(fifo);
+  const dd = spawn('dd', [`if=${file}`, `of=${fifo}`, 'bs=1000', 'status=none'], { stdio: 'ignore' });
+  const ended = new Promise((res) => dd.on('close', res));
+  const input = await open(fifo, 'r');
+  try {
+    return await receiveImage(input.fd, dirFor);
+  } finally {
+    await input.close(); // a refused stream: dd ends on EPIPE
+    await ended;
+  }
+}
+
 const receive = async (bytes: Buffer, name: string) => {
-  await receiveImage(Readable.from([bytes.subarray(0, 1000), bytes.subarray(1000)]), into(name));
+  await receiveFrom(bytes, into(name));
   return join(root, name);
 };
 
@@ -99,7 +122,7 @@ describe('the image stream', () => {
     closeSync(fd);
     const stream = await collect((sink) => sendImage(sink, () => dir, Promise.resolve(), () => [], 300 << 20));
     const said: { bound?: number } = {};
-    expect((await receiveImage(Readable.from([stream]), into('big-received', said))).files).toBe(1);
+    expect((await receiveFrom(stream, into('big-received', said))).files).toBe(1);
     expect(said.bound).toBe(300 << 20); // the receiver knew how much at most, before any of it came
     expect(readFileSync(join(root, 'big-received', 'pool.zst')).equals(readFileSync(join(dir, 'pool.zst')))).toBe(true);
   });
@@ -127,7 +150,7 @@ describe('the image stream', () => {
     // A version 1 stream (no bound in its header) from an older gpuckpt is still read.
     const v1 = Buffer.concat([Buffer.from('GPCKSTRM'), Buffer.from([1, 0, 0, 0]), bytes.subarray(20)]);
     const said: { bound?: number } = { bound: -1 };
-    await receiveImage(Readable.from([v1]), into('got-v1', said));
+    await receiveFrom(v1, into('got-v1', said));
     expect(said.bound).toBeUndefined();
     expect(tree(join(root, 'got-v1'))).toEqual(tree(src));
   });
@@ -172,3 +195,29 @@ function renameRecord(bytes: Buffer, index: number, name: string): Buffer {
   h.writeUInt16LE(Buffer.byteLength(name), 1);
   return Buffer.concat([bytes.subarray(0, r.at), h, Buffer.from(name), bytes.subarray(r.nameAt + r.nameLength)]);
 }
+
+describe('the sender process', () => {
+  it('ends when the checkpoint that started it is killed', async () => {
+    // A controller streaming an image that never completes, killed.
+    const url = new URL('../dist/controller/image/stream.js', import.meta.url).href;
+    const script = `const m = await import(${JSON.stringify(url)}); m.sendImage({ fd: 1, file: false }, () => '/nowhere', new Promise(() => {}), () => []);`;
+    const controller = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const childOf = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+    let sender: number | undefined;
+    for (let i = 0; i < 200 && sender === undefined; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      sender = childOf(controller.pid!)[0];
+    }
+    expect(sender).toBeDefined();
+    controller.kill('SIGKILL');
+    const alive = (pid: number) => {
+      try {
+        return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      } catch {
+        return false;
+      }
+    };
+    for (let i = 0; i < 200 && alive(sender!); i++) await new Promise((r) => setTimeout(r, 25));
+    expect(alive(sender!)).toBe(false);
+  });
+});

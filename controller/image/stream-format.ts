@@ -17,6 +17,8 @@ export const RECORD_BYTES = 1 + 2 + 4 + 8 + 4;
 /** Bytes of file data per record. */
 export const CHUNK = 4 << 20;
 export const MAX_PAYLOAD = 64 << 20;
+/** Bytes between two lines of the debug trace of a stream's progress. */
+export const TRACE_BYTES = 128 << 20;
 
 export enum Kind {
   DIR = 1,

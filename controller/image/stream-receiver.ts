@@ -17,17 +17,18 @@ export interface ReceivedRecord {
   payload: Uint8Array;
 }
 
-/** corrupt: its CRC-32 fails; failedWrite: the write failed (its errno code and message); else written. */
+/** corrupt: its CRC-32 fails; failedWrite: the write failed (its errno code and message); else written, and payload handed back to read into again. */
 export interface ReceiverReply extends WorkerReply {
   corrupt?: true;
   failedWrite?: { code?: string; message: string };
+  payload?: Uint8Array;
 }
 
 parentPort?.on('message', (r: ReceivedRecord & { id: number }) => {
   if (crc32(r.payload) !== r.crc) return parentPort!.postMessage({ id: r.id, corrupt: true } satisfies ReceiverReply);
   try {
     for (let done = 0; done < r.payload.length; ) done += writeSync(r.fd, r.payload, done, r.payload.length - done, r.offset + done);
-    parentPort!.postMessage({ id: r.id } satisfies ReceiverReply);
+    parentPort!.postMessage({ id: r.id, payload: r.payload } satisfies ReceiverReply, [r.payload.buffer as ArrayBuffer]);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     parentPort!.postMessage({ id: r.id, failedWrite: { code: err.code, message: err.message } } satisfies ReceiverReply);

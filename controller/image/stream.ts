@@ -7,20 +7,22 @@
  * the image's own checksums (manifest SHA-256, zstd content checksums): a
  * damaged stream is refused before anything is restored from it.
  *
- * The sender (stream-sender.ts, a worker thread) follows files still being
+ * The sender (stream-sender.ts, a process of its own) follows files still being
  * written (a pool image's frames are sent as they reach the disk), so a
  * stream costs little beyond the image; the layout is stream-format.ts's.
  */
-import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, read } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { isAbsolute, join, normalize, sep } from 'node:path';
-import type { Readable } from 'node:stream';
-import { Worker } from 'node:worker_threads';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
 import { GpuckptError, type ErrorCode } from '../base/errors.js';
+import { log, logEnabled } from '../base/log.js';
 import type { ImageWriter } from './writer.js';
-import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, OLDEST_VERSION, RECORD_BYTES, V1_HEADER_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
-import type { SenderData, SenderMessage, SenderReply } from './stream-sender.js';
+import { HEADER_BYTES, Kind, MAGIC, MAX_PAYLOAD, OLDEST_VERSION, RECORD_BYTES, TRACE_BYTES, V1_HEADER_BYTES, VERSION, type EndSummary, type StreamSummary } from './stream-format.js';
+import type { SenderArgs, SenderMessage, SenderReply } from './stream-sender.js';
+import { native } from '../../native/index.js';
 import type { ReceivedRecord, ReceiverReply } from './stream-receiver.js';
 import { ownBuffer, WorkerPool } from '../base/worker-pool.js';
 
@@ -41,38 +43,50 @@ export interface StreamSink {
   file: boolean;
 }
 
-/** More files than a job's pool images: those past it are sent whole at the end. */
-const MAX_FOLLOWED = 256;
-
 /**
- * Streams an image from a worker thread: first the files of `follow` as
- * their writers write them (until `done` settles), then everything under
- * dir once it is the complete image, the followed files from where they
- * were left. A failed checkpoint fails the stream: no end record.
+ * Streams an image from a process of its own (stream-sender.ts), which
+ * writes to sink.fd: first the files of `follow` as their writers write
+ * them (until `done` settles), then everything under dir once it is the
+ * complete image, the followed files from where they were left. A failed
+ * checkpoint fails the stream: no end record. A pipe's end is let go once
+ * the end record is in it, so that its reader sees end-of-file then.
  */
 export async function sendImage(sink: StreamSink, dir: () => string, done: Promise<unknown>, follow: () => FollowedFile[], bound = 0): Promise<StreamSummary> {
-  const written = new SharedArrayBuffer(8 * MAX_FOLLOWED);
-  const counters = new BigInt64Array(written);
-  const worker = new Worker(new URL('./stream-sender.js', import.meta.url), { workerData: { fd: sink.fd, file: sink.file, written, bound } satisfies SenderData });
-  const result = new Promise<StreamSummary>((res, rej) => {
-    worker.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
-    worker.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
+  const child = spawn(process.execPath, [fileURLToPath(new URL('./stream-sender.js', import.meta.url)), JSON.stringify({ file: sink.file, bound } satisfies SenderArgs)], {
+    stdio: ['ignore', sink.fd, 'inherit', 'ipc'],
   });
+  // 'close': the process ended and its messages were all read.
+  const ended = new Promise<void>((res) => child.once('close', () => res()));
   let reported = false;
+  const result = new Promise<StreamSummary>((res, rej) => {
+    child.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
+    child.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
+    child.once('close', (code, signal) => rej(new GpuckptError('INTERNAL', `stream sender ended (${signal ?? `exit status ${code}`}) before it said how the stream went`)));
+  });
   result.then(
     () => (reported = true),
     () => (reported = true),
   ); // awaited below
-  const slots = new Map<FollowedFile, number>();
-  const post = (m: SenderMessage) => worker.postMessage(m);
+  const slots = new Map<FollowedFile, { slot: number; sent: bigint }>();
+  const post = (m: SenderMessage) => child.connected && child.send(m);
+  let traced = 0n;
   const update = () => {
     for (const f of follow()) {
-      let slot = slots.get(f);
-      if (slot === undefined && slots.size < MAX_FOLLOWED) {
-        slots.set(f, (slot = slots.size));
-        post({ op: 'follow', slot, path: f.path, fd: f.fd });
+      let at = slots.get(f);
+      if (!at) {
+        slots.set(f, (at = { slot: slots.size, sent: 0n }));
+        // The parent's descriptor, not the path: the writer renames its directory at the end.
+        post({ op: 'follow', slot: at.slot, path: f.path, source: `/proc/${process.pid}/fd/${f.fd}` });
       }
-      if (slot !== undefined) Atomics.store(counters, slot, f.writer.writtenPrefix);
+      const prefix = f.writer.writtenPrefix;
+      if (prefix > at.sent) {
+        at.sent = prefix;
+        post({ op: 'written', slot: at.slot, bytes: Number(prefix) });
+      }
+      if (at.slot === 0 && prefix >= traced + BigInt(TRACE_BYTES) && logEnabled('debug')) {
+        traced = prefix;
+        log('debug', 'stream', `${traced / 2n ** 20n} MiB of ${f.path} written`);
+      }
     }
   };
   const timer = setInterval(update, 2);
@@ -82,73 +96,60 @@ export async function sendImage(sink: StreamSink, dir: () => string, done: Promi
     await done;
     update();
     post({ op: 'finish', dir: dir() });
-    return await result;
+    const summary = await result;
+    if (!sink.file) native().endOutput(sink.fd);
+    return summary;
   } finally {
     clearInterval(timer);
-    // A failed checkpoint: the sender stops and waits for its writebacks
-    // (ended with one pending, the process would abort), a few seconds at most.
-    if (!reported) {
-      post({ op: 'cancel' });
-      await Promise.race([result.catch(() => undefined), new Promise((r) => setTimeout(r, 5000))]);
-    }
-    await worker.terminate();
+    // A failed checkpoint: the stream stops short, with no end record.
+    if (!reported) child.kill('SIGKILL');
+    await ended;
   }
 }
 
-/** Reads exactly n bytes at a time from a stream. */
-class Reader {
-  private chunks: Buffer[] = [];
-  private have = 0;
-  private readonly it: AsyncIterator<Buffer>;
+/** How long a read of a non-blocking descriptor with nothing in it waits before it tries again. */
+const EMPTY_WAIT_MS = 1;
+
+/**
+ * Reads exactly n bytes at a time from fd (a pipe, a socket or a file), each
+ * into a buffer of its own that a worker takes without a copy (a Readable
+ * copied every short read of a pipe, then each record that spanned two).
+ */
+class FdReader {
   bytes = 0;
+  /** Buffers of payloads written, to read into again: a fresh one per record was an mmap and its page faults. */
+  readonly spare: ArrayBuffer[] = [];
 
-  constructor(input: Readable) {
-    this.it = input[Symbol.asyncIterator]();
-  }
+  constructor(private readonly fd: number) {}
 
-  /** n bytes, or undefined at the end of the stream (when atEnd allows it there). */
+  /** n bytes; the stream ending first is an error that says inside what. */
   async read(n: number, what: string): Promise<Buffer> {
-    while (this.have < n) {
-      const r = await this.it.next();
-      if (r.done) throw new GpuckptError('IMAGE_TRUNCATED', `image stream is truncated: it ends ${this.bytes + this.have} bytes in, inside ${what}`);
-      this.chunks.push(r.value);
-      this.have += r.value.length;
-    }
-    // Only what spans chunks is copied: a payload mostly lies in one.
-    const first = this.chunks[0];
-    let out: Buffer;
-    if (first && first.length >= n) {
-      out = first.subarray(0, n);
-      this.take(n);
-    } else {
-      out = Buffer.allocUnsafe(n);
-      for (let k = 0; k < n; ) {
-        const c = this.chunks[0]!;
-        const m = Math.min(c.length, n - k);
-        c.copy(out, k, 0, m);
-        this.take(m);
-        k += m;
-      }
+    const i = this.spare.findIndex((b) => b.byteLength === n);
+    const out = i < 0 ? Buffer.allocUnsafeSlow(n) : Buffer.from(this.spare.splice(i, 1)[0]!);
+    for (let k = 0; k < n; ) {
+      const got = await this.readSome(out, k, n - k);
+      if (!got) throw new GpuckptError('IMAGE_TRUNCATED', `image stream is truncated: it ends ${this.bytes + k} bytes in, inside ${what}`);
+      k += got;
     }
     this.bytes += n;
     return out;
   }
 
-  /** Drops n bytes of the first chunk (n at most its length). */
-  private take(n: number): void {
-    const c = this.chunks[0]!;
-    if (n === c.length) this.chunks.shift();
-    else this.chunks[0] = c.subarray(n);
-    this.have -= n;
+  async atEnd(): Promise<boolean> {
+    return (await this.readSome(Buffer.alloc(1), 0, 1)) === 0;
   }
 
-  async atEnd(): Promise<boolean> {
-    if (this.have) return false;
-    const r = await this.it.next();
-    if (r.done) return true;
-    this.chunks.push(r.value);
-    this.have += r.value.length;
-    return !r.value.length && this.atEnd();
+  /** One read(2) in the thread pool: 0 at the end of the stream. */
+  private async readSome(into: Buffer, at: number, n: number): Promise<number> {
+    for (;;) {
+      try {
+        return await new Promise<number>((res, rej) => read(this.fd, into, at, n, null, (e, got) => (e ? rej(e) : res(got))));
+      } catch (e) {
+        // Left non-blocking (not ours to change): wait for the sender.
+        if ((e as NodeJS.ErrnoException).code === 'EAGAIN') await new Promise((r) => setTimeout(r, EMPTY_WAIT_MS));
+        else throw new GpuckptError('IMAGE_READ_FAILED', `cannot read the image stream: ${(e as Error).message}`, { cause: e });
+      }
+    }
   }
 }
 
@@ -161,13 +162,13 @@ function safePath(path: string, at: number): string {
 }
 
 /**
- * Receives a stream into the directory dirFor gives (an empty one that
- * exists; bound: at most the image's bytes, as the sender said, else
- * undefined), checking every record; resolves only once the end record
- * proved the image whole.
+ * Receives the stream read from fd into the directory dirFor gives (an
+ * empty one that exists; bound: at most the image's bytes, as the sender
+ * said, else undefined), checking every record; resolves only once the end
+ * record proved the image whole.
  */
-export async function receiveImage(input: Readable, dirFor: (bound: number | undefined) => Promise<string>): Promise<StreamSummary> {
-  const r = new Reader(input);
+export async function receiveImage(fd: number, dirFor: (bound: number | undefined) => Promise<string>): Promise<StreamSummary> {
+  const r = new FdReader(fd);
   const head = await r.read(V1_HEADER_BYTES, 'the header');
   if (!head.subarray(0, MAGIC.length).equals(MAGIC)) throw new GpuckptError('IMAGE_NOT_AN_IMAGE', 'not a gpuckpt image stream (no GPCKSTRM header): made by checkpoint -o - or --export');
   const version = head.readUInt32LE(MAGIC.length);
@@ -177,7 +178,7 @@ export async function receiveImage(input: Readable, dirFor: (bound: number | und
   const fds = new Map<string, number>();
   const sizes: Record<string, number> = {};
   // Payloads are checked and written by workers while the next are read.
-  const writes = new ReceiverPool(receiverWorkers());
+  const writes = new ReceiverPool(receiverWorkers(), (b) => r.spare.length < SPARE_PAYLOADS && r.spare.push(b));
   let dataRecords = 0;
   let dataBytes = 0;
   try {
@@ -227,6 +228,8 @@ export async function receiveImage(input: Readable, dirFor: (bound: number | und
 
 /** Records being checked and written at once, per worker: 4 MiB each. */
 const RECORDS_PER_WORKER = 2;
+/** Payload buffers kept to read into again. */
+const SPARE_PAYLOADS = 4;
 
 /**
  * Data records checked (CRC-32) and written by worker threads
@@ -238,7 +241,11 @@ class ReceiverPool {
   private readonly inFlight = new Set<Promise<void>>();
   private failure: unknown;
 
-  constructor(count: number) {
+  /** recycle: takes each payload's buffer back once written. */
+  constructor(
+    count: number,
+    private readonly recycle: (buffer: ArrayBuffer) => unknown,
+  ) {
     this.pool = new WorkerPool(new URL('./stream-receiver.js', import.meta.url), count, 'stream receiver');
   }
 
@@ -252,6 +259,7 @@ class ReceiverPool {
       .then((r) => {
         if (r.corrupt) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name}) fails its CRC-32`);
         if (r.failedWrite) throw Object.assign(new Error(r.failedWrite.message), { code: r.failedWrite.code });
+        if (r.payload) this.recycle(r.payload.buffer as ArrayBuffer);
       })
       .catch((e: unknown) => void (this.failure ??= e))
       .finally(() => this.inFlight.delete(done));

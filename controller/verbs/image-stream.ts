@@ -10,11 +10,12 @@
  * stream is checked whole (image/stream.ts) before anything is restored
  * from it, and its directory goes once the job runs.
  */
-import { closeSync, cpSync, createReadStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { freemem, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import type { Readable } from 'node:stream';
+import { isatty } from 'node:tty';
 import { GpuckptError } from '../base/errors.js';
+import { log } from '../base/log.js';
 import { round } from '../base/units.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { DATA_FILE } from '../image/format.js';
@@ -131,6 +132,7 @@ export async function checkpointStreamed<S extends object>(
   try {
     const stream = await sendImage(fd === undefined ? { fd: 1, file: false } : { fd, file: true }, () => dir, done, () => follow, bytes);
     const summary = await done;
+    log('debug', 'stream', `${stream.bytes} bytes sent in ${((performance.now() - t0) / 1000).toFixed(3)} s`);
     if (fd !== undefined) {
       fsyncSync(fd);
       closeSync(fd);
@@ -167,23 +169,25 @@ export async function checkpointStreamed<S extends object>(
   }
 }
 
-/** What a receiver asks of one read. */
-const READ_BYTES = 8 << 20;
+const openedFile = (file: string) => {
+  const fd = openSync(file, 'r');
+  return { fd, done: () => closeSync(fd) };
+};
 
 /**
- * Standard input in large blocking reads in the thread pool where it can
- * be made blocking (a pipe, a socket, a file), else as node reads it.
+ * Standard input made blocking where it can be (a pipe, a socket, a file):
+ * its reads then wait in the thread pool, not in timers. The descriptor
+ * may be shared (a socket from sshd): done() puts its flag back.
  */
-function stdinReader(): { input: Readable; done: () => void } {
+function blockingStdin(): { fd: number; done: () => void } {
   let wasBlocking: boolean;
   try {
     wasBlocking = native().setBlocking(0, true);
   } catch {
-    return { input: process.stdin, done: () => undefined };
+    return { fd: 0, done: () => undefined };
   }
   native().growPipe(0);
-  // The descriptor may be shared (a socket from sshd): its flag put back.
-  return { input: createReadStream('', { fd: 0, highWaterMark: READ_BYTES, autoClose: false }), done: () => void (wasBlocking || native().setBlocking(0, false)) };
+  return { fd: 0, done: () => void (wasBlocking || native().setBlocking(0, false)) };
 }
 
 /**
@@ -194,7 +198,7 @@ function stdinReader(): { input: Readable; done: () => void } {
 export async function restoreStreamed<S extends object>(from: string, restore: (dir: string, running: () => void) => Promise<S>): Promise<S & StreamedSummary> {
   const t0 = performance.now();
   const file = from === STDIO ? undefined : resolve(from);
-  if (!file && process.stdin.isTTY) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
+  if (!file && isatty(0)) throw new GpuckptError('BAD_ARGUMENT', 'restore - reads an image stream from standard input, which is a terminal: pipe one in (gpuckpt checkpoint PID -o - | gpuckpt restore -) or use --import FILE');
   if (file && !existsSync(file)) throw new GpuckptError('IMAGE_MISSING', `${file} does not exist`);
   let dir: string | undefined;
   const gone = () => dir && rmSync(dir, { recursive: true, force: true });
@@ -206,14 +210,16 @@ export async function restoreStreamed<S extends object>(from: string, restore: (
     return dir;
   };
   try {
-    // Large reads (node's own 64 KiB reads of standard input received a
-    // stream at a third of the speed); a pipe's buffer grown to match.
-    const reader = file ? { input: createReadStream(file, { highWaterMark: READ_BYTES }), done: () => undefined } : stdinReader();
-    const stream = await receiveImage(reader.input, dirFor).finally(reader.done);
+    // Standard input is never touched through process.stdin, which would make it non-blocking.
+    const input = file ? openedFile(file) : blockingStdin();
+    const stream = await receiveImage(input.fd, dirFor).finally(input.done);
     const received = round((performance.now() - t0) / 1000);
+    log('debug', 'stream', `${stream.bytes} bytes received and checked in ${received} s`);
     const summary = await restore(dir!, gone);
     return { ...summary, stream: { ...stream, seconds: received, ...(file ? { from: file } : {}) } };
   } finally {
+    const t = performance.now();
     gone();
+    log('debug', 'stream', `passing directory removed in ${((performance.now() - t) / 1000).toFixed(3)} s`);
   }
 }

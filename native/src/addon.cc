@@ -26,6 +26,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("setBlocking", Napi::Function::New(env, SetBlocking, "setBlocking"));
   exports.Set("growPipe", Napi::Function::New(env, GrowPipe, "growPipe"));
+  exports.Set("endOutput", Napi::Function::New(env, EndOutput, "endOutput"));
   exports.Set("makeFifo", Napi::Function::New(env, MakeFifo, "makeFifo"));
   exports.Set("createMemfd", Napi::Function::New(env, CreateMemfd, "createMemfd"));
   exports.Set("probeDriver", Napi::Function::New(env, ProbeDriver, "probeDriver"));

@@ -139,6 +139,24 @@ Napi::Value SetBlocking(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, !(flags & O_NONBLOCK));
 }
 
+// endOutput(fd): fd pointed at /dev/null, so that the pipe or socket it was
+// reaches end-of-file at its reader now: a stream's receiver waits for that
+// end, which the process would otherwise give only at its exit. Nothing
+// written to fd after goes anywhere, and no later open() can take its number.
+Napi::Value EndOutput(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd < 0 || dup2(null_fd, fd) < 0) {
+    int err = errno;
+    if (null_fd >= 0) close(null_fd);
+    ErrnoError(env, "endOutput", err).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  close(null_fd);
+  return env.Undefined();
+}
+
 // growPipe(fd): the pipe's buffer raised to the most a user may give one
 // (/proc/sys/fs/pipe-max-size, 1 MiB by default): an image streamed through
 // 64 KiB moved at 0.6 GB/s, a wakeup of each end per 64 KiB. Returns the

@@ -12,6 +12,7 @@ Napi::Value UnmapFiles(const Napi::CallbackInfo& info);
 Napi::Value CloseFd(const Napi::CallbackInfo& info);
 Napi::Value SetBlocking(const Napi::CallbackInfo& info);
 Napi::Value GrowPipe(const Napi::CallbackInfo& info);
+Napi::Value EndOutput(const Napi::CallbackInfo& info);
 Napi::Value CreateMemfd(const Napi::CallbackInfo& info);
 Napi::Value MakeFifo(const Napi::CallbackInfo& info);
 
