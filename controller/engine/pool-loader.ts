@@ -15,6 +15,7 @@
  */
 import { CodecPool } from './codec-pool.js';
 import { isGpuckptError } from '../base/errors.js';
+import { PhaseClock } from '../base/phase-clock.js';
 import { openChain, type ChainSource, type OpenedChain } from '../image/chain.js';
 import { frameLabel, type AllocationRecord, type ImageReader } from '../image/index.js';
 import { Limiter } from '../base/limiter.js';
@@ -52,6 +53,8 @@ export class PoolLoader {
     readonly fits: boolean,
     private readonly progress: Progress,
     private readonly zeroFills: AllocationRecord[],
+    /** The debug trace of where loading's time goes. */
+    private readonly clock: PhaseClock,
   ) {}
 
   /**
@@ -61,6 +64,7 @@ export class PoolLoader {
    * whenReady() or attach() says how that went.
    */
   static async open(reader: ImageReader, opts: LoaderOptions, opened?: OpenedChain): Promise<PoolLoader> {
+    const clock = new PhaseClock('pool load');
     const { parents, sources: plan, zeroFills } = opened ?? (await openChain(reader));
     const chain = [reader, ...parents];
     let staging: StagingMemory | undefined;
@@ -68,12 +72,15 @@ export class PoolLoader {
     try {
       const sources: Source[] = plan.map((s) => ({ ...s, length: s.frame.length }));
       const rawBytes = sources.reduce((sum, s) => sum + BigInt(s.length), 0n);
+      clock.mark('chain');
       staging = createStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
+      clock.mark('staging');
       codecs = new CodecPool(opts.workers);
       await codecs.mapStaging(staging);
+      clock.mark('workers');
       const fits = packedBytes(sources) <= staging.size;
       const groups = fits ? packAll(sources) : batches(sources, staging.size);
-      const loader = new PoolLoader(chain, staging, codecs, groups, fits, new Progress(opts.progress), zeroFills);
+      const loader = new PoolLoader(chain, staging, codecs, groups, fits, new Progress(opts.progress), zeroFills, clock);
       loader.startLoading();
       return loader;
     } catch (e) {
@@ -117,6 +124,7 @@ export class PoolLoader {
   async attach(session: ShimSession): Promise<void> {
     try {
       await session.giveStaging(this.staging, this.loaded);
+      this.clock.mark('given');
     } catch (e) {
       if (!isGpuckptError(e, 'OUT_OF_FDS')) throw e;
       await this.ready;
@@ -128,6 +136,7 @@ export class PoolLoader {
       if (this.fits) this.startLoading();
     }
     await this.ready;
+    this.clock.mark('loaded');
   }
 
   private startLoading(): void {
@@ -169,10 +178,13 @@ export class PoolLoader {
 
   async close(): Promise<void> {
     this.progress.done();
+    this.clock.mark('in use');
     // Loading still under way is cut short: the workers stop once out of zstd.
     // Their mappings go with them; the last fds then free the memory.
     await this.codecs.close();
+    this.clock.mark('workers ended');
     await releaseStaging(this.staging);
+    this.clock.mark('staging released');
     await Promise.all(this.chain.slice(1).map((p) => p.close()));
   }
 
