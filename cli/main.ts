@@ -15,7 +15,7 @@ import { EXIT_USAGE, exitStatusOf, GpuckptError } from '../controller/base/error
 import { inspectImage } from '../controller/verbs/inspect.js';
 import { parsePid } from '../controller/adapters/processes.js';
 import { listProcesses } from '../controller/verbs/ps.js';
-import { restoreInto } from '../controller/verbs/rollback.js';
+import { restoreInto, restoreStreamInto } from '../controller/verbs/rollback.js';
 import { makeRunPlan, planAsShell, type RunOptions } from '../controller/verbs/run-plan.js';
 import { criuPluginStep, PLUGIN_STEPS, type PluginStep } from '../controller/verbs/criu-plugin.js';
 import { checkpointProcess } from '../controller/verbs/process-checkpoint.js';
@@ -288,7 +288,7 @@ function buildProgram(): Command {
       if (opts.into !== undefined) {
         if (opts.device !== undefined || opts.detach) throw new GpuckptError('BAD_ARGUMENT', '--device and --detach restore a whole process; --into writes into one that runs');
         const pid = parsePid(opts.into);
-        const summary = streamed ? await restoreStreamed(source, (dir) => restoreInto(dir, pid, common)) : await restoreInto(source, pid, common);
+        const summary = streamed ? await restoreStreamInto(source, pid, common) : await restoreInto(source, pid, common);
         if (opts.json) printJson(summary);
         else printRollback(summary);
         if ('stream' in summary && !opts.json) onStderr(() => printStream((summary as StreamedSummary).stream));

@@ -30,6 +30,8 @@ export interface LoaderOptions {
   stagingLimit?: bigint;
   workers?: number;
   progress?: boolean;
+  /** Codec workers started earlier, their start hidden behind other work (a stream coming in); the caller closes them. */
+  codecs?: CodecPool;
 }
 
 type Source = ChainSource & { length: number };
@@ -48,6 +50,8 @@ export class PoolLoader {
     private readonly chain: ImageReader[],
     private staging: StagingMemory,
     private readonly codecs: CodecPool,
+    /** Whether the codec workers are the loader's to end. */
+    private readonly ownCodecs: boolean,
     private readonly groups: PlacedSource[][],
     /** True when every frame is decompressed into staging before the copies. */
     readonly fits: boolean,
@@ -75,16 +79,16 @@ export class PoolLoader {
       clock.mark('chain');
       staging = createStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
       clock.mark('staging');
-      codecs = new CodecPool(opts.workers);
+      codecs = opts.codecs ?? new CodecPool(opts.workers);
       await codecs.mapStaging(staging);
       clock.mark('workers');
       const fits = packedBytes(sources) <= staging.size;
       const groups = fits ? packAll(sources) : batches(sources, staging.size);
-      const loader = new PoolLoader(chain, staging, codecs, groups, fits, new Progress(opts.progress), zeroFills, clock);
+      const loader = new PoolLoader(chain, staging, codecs, !opts.codecs, groups, fits, new Progress(opts.progress), zeroFills, clock);
       loader.startLoading();
       return loader;
     } catch (e) {
-      await codecs?.close();
+      if (!opts.codecs) await codecs?.close();
       if (staging) closeStaging(staging);
       await Promise.all(parents.map((p) => p.close()));
       throw e;
@@ -181,7 +185,7 @@ export class PoolLoader {
     this.clock.mark('in use');
     // Loading still under way is cut short: the workers stop once out of zstd.
     // Their mappings go with them; the last fds then free the memory.
-    await this.codecs.close();
+    if (this.ownCodecs) await this.codecs.close();
     this.clock.mark('workers ended');
     await releaseStaging(this.staging);
     this.clock.mark('staging released');
