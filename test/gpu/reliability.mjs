@@ -161,8 +161,17 @@ export async function runReliability(h) {
     const [cmd, argv] = cliCommand(args);
     const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
     const gone = new Promise((r) => ctl.on('close', r));
-    const kids = (q) => (fs.readFileSync(`/proc/${q}/task/${q}/children`, 'utf8').match(/\d+/g) ?? []).map(Number);
-    const dumping = () => kids(ctl.pid).some((c) => fs.readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+    // A child listed may end before it is read (the controller's short-lived helpers): not CRIU dumping.
+    const read = (file) => {
+      try {
+        return fs.readFileSync(file, 'utf8');
+      } catch (e) {
+        if (e.code === 'ENOENT' || e.code === 'ESRCH') return '';
+        throw e;
+      }
+    };
+    const kids = (q) => (read(`/proc/${q}/task/${q}/children`).match(/\d+/g) ?? []).map(Number);
+    const dumping = () => kids(ctl.pid).some((c) => read(`/proc/${c}/cmdline`).split('\0').includes('dump'));
     for (let t0 = Date.now(); !dumping(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');
     return { ctl, gone };
   }
