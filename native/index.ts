@@ -27,6 +27,8 @@ interface NativeSession {
   /** fds: sent along (SCM_RIGHTS); they stay open here. */
   request(type: number, args?: object, timeoutMs?: number, fds?: number[]): Promise<any>;
   close(): void;
+  /** The listening process's PID here (SO_PEERCRED); 0 where the kernel cannot say. */
+  peerPid(): number;
 }
 
 interface NativeModule {

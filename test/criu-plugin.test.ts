@@ -74,6 +74,20 @@ describe('CRIU with the gpuckpt plugin', () => {
     expect(sameBuffers((await app.command('state')).buffers as BufferState[], ready.buffers as BufferState[])).toBe(true);
   });
 
+  it('a restored process whose pool image is not among the images: its restore step fails, naming what is missing', async () => {
+    // As podman left it when the image was named by the PID a container's process had before its restore.
+    const { app, ready } = await box.start(APPS.linked, { env });
+    expect(box.cli(['suspend', String(app.pid)], env).code).toBe(0);
+    const empty = box.path('criu-empty');
+    mkdirSync(empty);
+    const r = box.cli(['__criu-plugin', 'restore', String(app.pid), empty], env);
+    expect(r.code).toBe(1);
+    expect(r.stdout.trim()).toBe(`cannot load the pool of process ${app.pid}: ${join(empty, `gpuckpt-pool-${app.pid}`)} is missing (CRIU's images hold no pool image for it)`);
+    // The plugin ends such a process; here it is resumed as gpuckpt left it.
+    expect(box.cli(['resume', String(app.pid)], env).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers as BufferState[], ready.buffers as BufferState[])).toBe(true);
+  });
+
   it('leaves a process not under gpuckpt to CRIU', async () => {
     const other = spawn('sleep', ['30'], { stdio: 'ignore', detached: true });
     try {

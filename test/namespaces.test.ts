@@ -6,7 +6,8 @@
  * /proc/PID/root: listed by ps, checkpoint, suspend and resume, restore --into, and
  * plain CRIU with the plugin (skipped where namespaces cannot be made).
  * And a socket that names one process but is another's (a run directory
- * shared with a container) is refused, never acted on.
+ * shared with a container) is refused, never acted on: the kernel says
+ * who listens on it (SO_PEERCRED).
  */
 import { describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
@@ -45,7 +46,7 @@ describe('a socket named by another process', () => {
     symlinkSync(join(box.runDir, `${app.pid}.sock`), name);
     const r = box.cli(['checkpoint', String(other.pid), '--gpu-only', '-o', box.path('wrong')], env);
     expect(r.code).not.toBe(0);
-    expect(r.stderr.trim()).toMatch(new RegExp(`^gpuckpt: process ${other.pid} is not running under gpuckpt \\(.*belongs to another process, ${app.pid} in its own PID namespace\\)$`));
+    expect(r.stderr.trim()).toMatch(new RegExp(`^gpuckpt: process ${other.pid} is not running under gpuckpt \\(.*belongs to another process, process ${app.pid}\\)$`));
     expect(existsSync(box.path('wrong'))).toBe(false);
   });
 });
@@ -73,7 +74,8 @@ describe.skipIf(!canUnshare)('a process in its own PID and mount namespaces', ()
     mkdirSync(dir);
     const criu = (args: string[]) => spawnSync(join(ROOT, 'test', 'fake-criu', 'criu'), args, { env: box.env(env), encoding: 'utf8' });
     expect(criu(['dump', '-t', String(pid), '-D', dir, '-L', join(ROOT, 'build', 'criu'), '--shell-job']).status).toBe(0);
-    expect(existsSync(join(dir, `gpuckpt-pool-${pid}`, 'manifest'))).toBe(true);
+    // Named by the PID it has in its namespace, which CRIU's restore keeps (its PID here does not).
+    expect(existsSync(join(dir, 'gpuckpt-pool-1', 'manifest'))).toBe(true);
     expect(criu(['restore', '-D', dir, '-L', join(ROOT, 'build', 'criu'), '--shell-job']).status).toBe(0);
     let back: BufferState[] | undefined;
     for (let i = 0; i < 100 && !sameBuffers(back, R); i++) {
@@ -81,5 +83,27 @@ describe.skipIf(!canUnshare)('a process in its own PID and mount namespaces', ()
       if (!sameBuffers(back, R)) await new Promise((r) => setTimeout(r, 50));
     }
     expect(sameBuffers(back, R)).toBe(true);
+  });
+});
+
+describe.skipIf(!canUnshare)('a process in its own PID namespace sharing our run directory', () => {
+  it('is listed by its PID here, and its socket (named 1) never taken for our process 1', async () => {
+    // As a container with the host's /tmp bind-mounted: its first process names its socket 1.sock beside ours.
+    const script = 'exec "$0" run -- "$1"';
+    const app = new AppDriver('unshare', ['--pid', '--fork', 'sh', '-c', script, BIN, APPS.linked], box.env(env));
+    box.apps.push(app);
+    const ready = await app.next(20_000);
+    expect(ready.pid).toBe(1);
+    expect(existsSync(join(box.runDir, '1.sock'))).toBe(true);
+    const children = readFileSync(`/proc/${app.pid}/task/${app.pid}/children`, 'utf8').trim().split(/\s+/).map(Number);
+    const pid = children[0]!;
+    const rows = json(ok(['ps', '--json']).stdout) as { pid: number }[];
+    expect(rows.map((r) => r.pid)).toContain(pid);
+    expect(rows.map((r) => r.pid)).not.toContain(1);
+    const r = box.cli(['checkpoint', '1', '--gpu-only', '-o', box.path('init')], env);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr.trim()).toMatch(/^gpuckpt: process 1 is not running under gpuckpt \(/);
+    expect(existsSync(box.path('init'))).toBe(false);
+    await app.quit();
   });
 });

@@ -136,11 +136,15 @@ export class ShimSession {
       conn.close();
       throw mapError(e, pid, 'hello');
     }
-    // A socket named by another PID namespace's number (a shared run
-    // directory) may be another process's: never act on the wrong one.
-    if (hello.pid !== (innerPid(pid) ?? pid)) {
+    // A socket named by another PID namespace's number (a run directory
+    // shared with a container, whose first process names its socket 1)
+    // may be another process's: never act on the wrong one. The kernel
+    // says who listens on it; the hello, as whom it sees itself.
+    const peer = conn.peerPid();
+    const owner = peer && peer !== pid ? `process ${peer}` : hello.pid !== (innerPid(pid) ?? pid) ? `${hello.pid} in its own PID namespace` : undefined;
+    if (owner) {
       conn.close();
-      throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} is not running under gpuckpt (${path} belongs to another process, ${hello.pid} in its own PID namespace)`);
+      throw new GpuckptError('NOT_UNDER_GPUCKPT', `process ${pid} is not running under gpuckpt (${path} belongs to another process, ${owner})`);
     }
     return new ShimSession(pid, conn, hello);
   }

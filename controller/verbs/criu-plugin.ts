@@ -4,7 +4,8 @@
  * `criu restore` carry a process's GPU pool:
  *
  * - dump (PAUSE_DEVICES, the process still running): refused for a rank of
- *   an NCCL job; else suspended into a pool image at IMAGES/gpuckpt-pool-PID,
+ *   an NCCL job; else suspended into a pool image at IMAGES/gpuckpt-pool-N
+ *   (N: its PID in its own PID namespace, as CRIU's image has it),
  *   its GPU free and no copy of the pool left in the process for CRIU to dump.
  * - resume (started once the dump step succeeded): "ready" at once, then,
  *   if CRIU leaves the process (a failed dump, --leave-running, CRIU gone
@@ -17,14 +18,15 @@
  *   plugin ends it when loading fails before "ready").
  *
  * A process not under gpuckpt, or without a pool image, is not ours: exit
- * NOT_OURS, or "not ours" instead of "ready". A helper says why it failed
+ * NOT_OURS, or "not ours" instead of "ready"; but a restored process whose
+ * pool is suspended and has no image cannot run: its restore fails. A helper says why it failed
  * before "ready" on stdout (its stderr goes nowhere); after, the plugin has
  * stopped reading: the outcome goes to <run dir>/logs/criu-plugin-PID.log.
  */
 import { appendFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
-import { isAlive, killProcess, processStatus } from '../adapters/processes.js';
+import { innerPid, isAlive, killProcess, processStatus } from '../adapters/processes.js';
 import { logsDir } from '../adapters/run-dir.js';
 import { ShimSession } from '../adapters/session.js';
 import { openChain } from '../image/chain.js';
@@ -39,17 +41,33 @@ export const NOT_OURS_EXIT = 10;
 export const PLUGIN_STEPS = ['dump', 'resume', 'restore'] as const;
 export type PluginStep = (typeof PLUGIN_STEPS)[number];
 
-/** Where the plugin keeps a process's pool image among CRIU's files. */
+/**
+ * Where the plugin keeps a process's pool image among CRIU's files: named
+ * by the PID CRIU's image gives the process, the one it has in its own
+ * PID namespace, which a restore keeps. Its PID here changes when a
+ * container is restored: named so, podman's restore found no image and
+ * left the process waiting for its pool for ever.
+ */
 export function poolImageIn(images: string, pid: number): string {
-  return join(images, `gpuckpt-pool-${pid}`);
+  return join(images, `gpuckpt-pool-${innerPid(pid) ?? pid}`);
+}
+
+/** The image a restore step takes: as poolImageIn names it, else by the PID here (an older plugin's image). */
+function restoredImage(images: string, pid: number): string | undefined {
+  return [poolImageIn(images, pid), join(images, `gpuckpt-pool-${pid}`)].find((image) => existsSync(join(image, MANIFEST_FILE)));
 }
 
 /** Runs a step; its exit status. */
 export async function criuPluginStep(step: PluginStep, pid: number, images: string): Promise<number> {
   if (step === 'dump') return dump(pid, images);
-  const image = poolImageIn(images, pid);
-  if (!existsSync(join(image, MANIFEST_FILE))) {
-    console.log(`not ours: ${image} holds no pool image`);
+  const image = restoredImage(images, pid);
+  if (!image) {
+    // A restored process under gpuckpt waits, suspended, for its pool: without an image it would wait for ever.
+    if (step === 'restore' && (await suspendedUnderGpuckpt(pid))) {
+      console.log(`cannot load the pool of process ${pid}: ${poolImageIn(images, pid)} is missing (CRIU's images hold no pool image for it)`);
+      return 1;
+    }
+    console.log(`not ours: ${poolImageIn(images, pid)} holds no pool image`);
     return 0;
   }
   const log = logOf(pid);
@@ -130,6 +148,20 @@ async function runsFreely(pid: number, criu?: number): Promise<'runs' | 'gone' |
     if (!held && !(criu && isAlive(criu))) return 'runs';
   }
   return isAlive(pid) ? 'stopped' : 'gone';
+}
+
+/** Whether pid runs under gpuckpt with its pool suspended. */
+async function suspendedUnderGpuckpt(pid: number): Promise<boolean> {
+  try {
+    const session = await ShimSession.open(pid);
+    try {
+      return (await session.status()).poolState === PoolState.SUSPENDED;
+    } finally {
+      session.close();
+    }
+  } catch {
+    return false;
+  }
 }
 
 /** Whether pid's pool is back within a few seconds (another helper resuming it). */

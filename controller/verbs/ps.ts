@@ -4,6 +4,7 @@
  * reach, with the job each belongs to.
  */
 import { readdirSync, unlinkSync } from 'node:fs';
+import { isGpuckptError } from '../base/errors.js';
 import { ShimSession } from '../adapters/session.js';
 import { commandLine, isAlive } from '../adapters/processes.js';
 import { containedShimPids, ownRunDir, socketPath } from '../adapters/run-dir.js';
@@ -57,12 +58,14 @@ export async function listProcesses(runDir = ownRunDir()): Promise<ProcessRow[]>
       }
       continue;
     }
-    rows.push({ ...(await describe(pid)), gpuSnapshots: snapshots.filter((s) => s.pid === pid) });
+    const row = await describe(pid);
+    if (row) rows.push({ ...row, gpuSnapshots: snapshots.filter((s) => s.pid === pid) });
   }
   return rows;
 }
 
-async function describe(pid: number): Promise<Omit<ProcessRow, 'gpuSnapshots'>> {
+/** pid's row; undefined when its socket is not its own (a contained process's, listed by its PID here). */
+async function describe(pid: number): Promise<Omit<ProcessRow, 'gpuSnapshots'> | undefined> {
   const base: Omit<ProcessRow, 'gpuSnapshots'> = {
     pid,
     command: commandLine(pid),
@@ -93,6 +96,7 @@ async function describe(pid: number): Promise<Omit<ProcessRow, 'gpuSnapshots'>> 
       nccl: comms.map((c) => ({ rank: c.rank, nranks: c.nranks, down: !!(c.flags & CommFlag.DOWN) })),
     };
   } catch (e) {
+    if (isGpuckptError(e, 'NOT_UNDER_GPUCKPT')) return undefined;
     return { ...base, error: (e as Error).message };
   } finally {
     session?.close();

@@ -170,7 +170,8 @@ class RequestWorker : public Napi::AsyncWorker {
 
 Napi::Function Session::Init(Napi::Env env) {
   return DefineClass(env, "Session",
-                     {InstanceMethod("request", &Session::Request), InstanceMethod("close", &Session::Close)});
+                     {InstanceMethod("request", &Session::Request), InstanceMethod("close", &Session::Close),
+                      InstanceMethod("peerPid", &Session::PeerPid)});
 }
 
 // new Session(socketPath): connects; throws with errno on failure.
@@ -227,6 +228,16 @@ Napi::Value Session::Request(const Napi::CallbackInfo& info) {
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;
+}
+
+// peerPid(): the PID, in this process's PID namespace, of the process that
+// listens on the socket (SO_PEERCRED); 0 where the kernel cannot say (a
+// peer in a PID namespace above ours).
+Napi::Value Session::PeerPid(const Napi::CallbackInfo& info) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (fd_ < 0 || getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return Napi::Number::New(info.Env(), 0);
+  return Napi::Number::New(info.Env(), cred.pid);
 }
 
 Napi::Value Session::Close(const Napi::CallbackInfo& info) {

@@ -18,6 +18,7 @@ class Session : public Napi::ObjectWrap<Session> {
  private:
   Napi::Value Request(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value PeerPid(const Napi::CallbackInfo& info);
 
   int fd_ = -1;
   uint32_t seq_ = 0;
