@@ -92,6 +92,13 @@ host=$("${PODMAN[@]}" inspect "$NAME" --format '{{.State.Pid}}')
 [ "$(pool_state "$host")" = active ] || fail "gpuckpt ps does not list the container's process $host as active"
 say "ok run: container $NAME, its process $host here (1 inside) under gpuckpt, listed by gpuckpt ps; pool mutated"
 
+# --leave-running: the plugin's helper resumes the process once CRIU has let it go.
+PATH=$T/bin:$PATH "${PODMAN[@]}" container checkpoint --leave-running "$NAME" >/dev/null || fail "podman container checkpoint --leave-running"
+for _ in $(seq 1 100); do [ "$(pool_state "$host")" = active ] && break; sleep 0.1; done
+[ "$(pool_state "$host")" = active ] || fail "after checkpoint --leave-running process $host is $(pool_state "$host"), not active"
+[ "$(reply state | checksums)" = "$M" ] || fail "after checkpoint --leave-running the pool differs"
+say "ok checkpoint --leave-running: the container runs on, its process $host active with its pool"
+
 s=$(date +%s.%N)
 PATH=$T/bin:$PATH "${PODMAN[@]}" container checkpoint --keep "$NAME" >/dev/null || fail "podman container checkpoint"
 e=$(date +%s.%N)
