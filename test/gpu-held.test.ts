@@ -201,7 +201,7 @@ describe('GPU-held snapshots', () => {
     await app.quit();
   });
 
-  it("keeps a pool's only copy (GPCK_HOLD_KEEP) from another's reclaim, and lets it go when its own process allocates again", async () => {
+  it("keeps a pool's only copy (GPCK_HOLD_KEEP) from another's reclaim and from release --all, and lets it go when its own process allocates again", async () => {
     const { app } = await start({ FAKE_CUDA_MEM_MB: '64' });
     const other = await start({ FAKE_CUDA_MEM_MB: '64' });
     cli(['checkpoint', String(app.pid), '--gpu-only', '--to-gpu'], { FAKE_CUDA_MEM_MB: '64' }); // a holder runs
@@ -219,6 +219,9 @@ describe('GPU-held snapshots', () => {
     const mine = await keep(app.pid);
     const theirs = await keep(other.app.pid);
     const held = async () => (await holder.list()).entries.map((e) => e.id).sort();
+    expect(await held()).toEqual([mine, theirs].sort());
+    // Releasing every snapshot leaves the pools' only copies.
+    expect(cli(['release', '--all']).code).toBe(0);
     expect(await held()).toEqual([mine, theirs].sort());
     // The other process runs out of memory: its own kept copy goes, never another's.
     expect((await other.app.command('try-alloc 64')).result).toBe(2);

@@ -192,6 +192,10 @@ static int handle_hold_drop(struct request *r)
         struct snapshot *s = &snaps[i];
         if ((q->id && s->id != q->id) || (q->pid && s->pid != q->pid))
             continue;
+        /* A pool's only copy (checkpoint --leave-running, CRIU dumping) goes
+         * by its id alone: `gpuckpt release --all` is for snapshots. */
+        if (!q->id && s->keep)
+            continue;
         rep->bytes += snapshot_bytes(s);
         rep->count++;
         drop(s, "asked to");
