@@ -137,14 +137,18 @@ export async function checkpointLeavingRunning(
     clock.mark('release');
     await freezeOrResume(pid, undefined, clock);
     const gpuFree = performance.now();
+    // The holder keeps the copy before the shim lets it go: the other way
+    // round, a controller killed between the two left the copy only here,
+    // and lost it (the kill test found it on a loaded 2-core machine).
+    const kept = await keepCopy(pid, fds, uuids, session.hello.chunkSize, work, held.layout, needs);
     try {
       await session.dropHeld(work);
     } catch (e) {
+      if (kept) await dropKept(pid, kept);
       await resumeProcess(pid).catch(() => undefined);
       throw e;
     }
     rmSync(holdDir, { recursive: true, force: true });
-    const kept = await keepCopy(pid, fds, uuids, session.hello.chunkSize, work, held.layout, needs);
     session.close(); // CRIU dumps no process with a connected peer
 
     // CRIU's files in work, beside the kept copy's description: a resume
