@@ -49,7 +49,7 @@ class Sender {
   private traced = 0;
   /** Buffers of chunks written, for the chunk readers to read into again. */
   private readonly spare: Uint8Array[] = [];
-  /** Writebacks started: settled before the thread reports (a native completion must not outlive it). */
+  /** Writebacks started: settled before this process reports (a native completion must not outlive its thread). */
   private readonly writebacks: Promise<unknown>[] = [];
   bytes = 0;
 
