@@ -52,6 +52,7 @@ export const SuspendFlag = { HOLD_STAGING: 1, HOLD_PEER: 2 } as const;
 export const PeerFlag = { INTO_POOL: 1, COMPLETES: 2, MIRROR: 4, ADOPT: 8, SNAPSHOT: 16 } as const;
 export const HoldFlag = { LAST: 1, KEEP: 2 } as const;
 export const MAX_HOLD_ENTRIES = 1024;
+export const HoldEntryFlag = { COMPLETE: 1, KEPT: 2 } as const;
 export const MAX_COMMS = 64;
 export const CommFlag = { DOWN: 1, MULTI_DEVICE: 2 } as const;
 export const NcclFlag = { HELD: 1, REACHED: 2, HELD_BY_SENDER: 4 } as const;
@@ -385,7 +386,8 @@ export interface HoldEntry {
   pid: number;
   part: number;
   fds: number;
-  complete: boolean;
+  /** GPCK_HOLD_COMPLETE, GPCK_HOLD_KEPT */
+  flags: number;
   uuid: string;
 }
 

@@ -507,6 +507,12 @@ struct gpck_hold_rep {
 };
 
 #define GPCK_MAX_HOLD_ENTRIES 1024u
+/* A held snapshot as HOLD_LIST gives it: complete (GPCK_HOLD_LAST came),
+ * and kept (GPCK_HOLD_KEEP: a pool's only copy, not a user's snapshot).
+ * COMPLETE is bit 0 of what was a boolean, so an older reader still sees it. */
+#define GPCK_HOLD_COMPLETE 1u
+#define GPCK_HOLD_KEPT 2u
+
 struct gpck_hold_entry {
     uint64_t id;
     uint64_t bytes;
@@ -514,7 +520,7 @@ struct gpck_hold_entry {
     int32_t pid;
     uint32_t part;
     uint32_t fds;
-    uint32_t complete;
+    uint32_t flags;            /* GPCK_HOLD_COMPLETE, GPCK_HOLD_KEPT */
     uint8_t uuid[16];
 };
 

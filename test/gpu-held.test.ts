@@ -15,7 +15,7 @@ import { APPS, eventually, json, requireBuilt, Sandbox } from './helpers/e2e.js'
 import { chunkRuns } from '../controller/verbs/gpu-held.js';
 import { holderBinary, holderSocket, SnapshotHolder } from '../controller/adapters/snapshot-holder.js';
 import { startTime } from '../controller/adapters/processes.js';
-import { MessageType, native } from '../native/index.js';
+import { HoldEntryFlag, MessageType, native } from '../native/index.js';
 
 
 const box = new Sandbox();
@@ -151,7 +151,7 @@ describe('GPU-held snapshots', () => {
     const put = await raw.request(MessageType.HOLD_PUT, part, 5000, [memfd]);
     native().closeFd(memfd);
     const listed = async () => (await holder.list()).entries.filter((e) => e.id === put.id);
-    expect(await listed()).toMatchObject([{ complete: false, bytes: 1 << 20 }]);
+    expect(await listed()).toMatchObject([{ flags: 0, bytes: 1 << 20 }]); // not complete
     raw.close(); // the checkpoint is gone before its last part
     expect(await eventually(async () => (await listed()).length === 0)).toBe(true);
     holder.close();
@@ -220,9 +220,12 @@ describe('GPU-held snapshots', () => {
     const theirs = await keep(other.app.pid);
     const held = async () => (await holder.list()).entries.map((e) => e.id).sort();
     expect(await held()).toEqual([mine, theirs].sort());
-    // Releasing every snapshot leaves the pools' only copies.
+    // Releasing every snapshot leaves the pools' only copies, which are no user's snapshots: ps lists none.
     expect(cli(['release', '--all']).code).toBe(0);
     expect(await held()).toEqual([mine, theirs].sort());
+    expect((await holder.list()).entries.every((e) => e.flags === (HoldEntryFlag.COMPLETE | HoldEntryFlag.KEPT))).toBe(true);
+    const rows = json(cli(['ps', '--json']).stdout) as { pid: number; gpuSnapshots: unknown[] }[];
+    expect(rows.find((r) => r.pid === app.pid)?.gpuSnapshots).toEqual([]);
     // The other process runs out of memory: its own kept copy goes, never another's.
     expect((await other.app.command('try-alloc 64')).result).toBe(2);
     expect(await held()).toEqual([mine]);

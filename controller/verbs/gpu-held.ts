@@ -31,7 +31,7 @@ import { closeAll } from '../engine/peer-hold.js';
 import { whyNoRoomForCopy } from '../engine/gpu-room.js';
 import { resolveGpu } from '../engine/suspend.js';
 import { afterCutRollback, checkAllocations, checkPoolLayout } from './rollback.js';
-import { DEFAULT_LEASE_MS, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun } from '../../native/index.js';
+import { DEFAULT_LEASE_MS, HoldEntryFlag, MAX_HOLD_ENTRIES, MAX_STAGING_FILES, native, PoolState, type AllocEntry, type ChunkRun } from '../../native/index.js';
 
 /** How a GPU-held snapshot is named on the command line: gpu:ID. */
 const PREFIX = 'gpu:';
@@ -225,7 +225,7 @@ export async function restoreFromGpu(name: string, pid: number, opts: { leaseMs?
   let session: ShimSession | undefined;
   try {
     if (record.pid !== pid) throw new GpuckptError('LAYOUT_MISMATCH', `snapshot ${name} is of process ${record.pid}: a GPU-held snapshot goes back only into the process it was taken of`);
-    const entries = (await holder.list()).entries.filter((e) => e.id === id && e.complete);
+    const entries = (await holder.list()).entries.filter((e) => e.id === id && e.flags & HoldEntryFlag.COMPLETE);
     if (entries.length !== record.parts.length) throw new GpuckptError('IMAGE_MISSING', gone);
     session = await ShimSession.open(pid);
     checkPoolLayout({ base: BigInt(record.poolBase), sliceSize: BigInt(record.sliceSize), chunkSize: BigInt(record.chunkSize) }, session.hello, pid, `snapshot ${name}`);
@@ -308,8 +308,9 @@ export async function listGpuSnapshots(runDir: string = ownRunDir()): Promise<He
     holder?.close();
   }
   const byId = new Map<bigint, HeldSnapshot>();
-  for (const e of entries ?? []) {
-    const s = byId.get(e.id) ?? { snapshot: `${PREFIX}${e.id}`, pid: e.pid, gpus: [], bytes: 0, createdMs: e.createdMs, complete: e.complete };
+  // A pool's only copy while CRIU dumps (checkpoint --leave-running) is no snapshot of the user's.
+  for (const e of (entries ?? []).filter((e) => !(e.flags & HoldEntryFlag.KEPT))) {
+    const s = byId.get(e.id) ?? { snapshot: `${PREFIX}${e.id}`, pid: e.pid, gpus: [], bytes: 0, createdMs: e.createdMs, complete: !!(e.flags & HoldEntryFlag.COMPLETE) };
     s.gpus.push({ uuid: e.uuid, bytes: e.bytes });
     s.bytes += e.bytes;
     byId.set(e.id, s);

@@ -154,7 +154,8 @@ static int handle_hold_list(struct request *r)
             const struct snapshot *s = &snaps[i];
             struct gpck_hold_entry *e = &rep->entries[n++];
             *e = (struct gpck_hold_entry){ .id = s->id, .bytes = s->part[k].bytes, .created_ms = s->created_ms,
-                                           .pid = s->pid, .part = k, .fds = s->part[k].count, .complete = s->complete };
+                                           .pid = s->pid, .part = k, .fds = s->part[k].count,
+                                           .flags = (s->complete ? GPCK_HOLD_COMPLETE : 0) | (s->keep ? GPCK_HOLD_KEPT : 0) };
             memcpy(e->uuid, s->part[k].uuid, 16);
         }
     rep->count = n;

@@ -475,7 +475,7 @@ void Decode_hold_list_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Ob
       e.Set("pid", Napi::Number::New(env, static_cast<double>((&r->entries[i])->pid)));
       e.Set("part", Napi::Number::New(env, static_cast<double>((&r->entries[i])->part)));
       e.Set("fds", Napi::Number::New(env, static_cast<double>((&r->entries[i])->fds)));
-      e.Set("complete", Napi::Boolean::New(env, ((&r->entries[i])->complete) != 0));
+      e.Set("flags", Napi::Number::New(env, static_cast<double>((&r->entries[i])->flags)));
       e.Set("uuid", Napi::String::New(env, UuidText((&r->entries[i])->uuid)));
       a.Set(i, e);
     }
