@@ -7,16 +7,12 @@
  */
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { shellQuote } from '../base/shell-quote.js';
 import { native } from '../../native/index.js';
 import { isAlive } from './processes.js';
 import { ownRunDir } from './run-dir.js';
 
 const PREFIX = 'criu-gate-';
-
-/** A word for sh between single quotes. */
-function shQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
 
 /** Any action but post-dump passes; at post-dump, "dumped" is made, then the answer read: "go", or the tree runs on. */
 function scriptText(dir: string): string {
@@ -26,9 +22,9 @@ function scriptText(dir: string): string {
     '[ "$CRTOOLS_SCRIPT_ACTION" = post-dump ] || exit 0',
     // Read-write first, so that the read-only open never waits for a writer;
     // read-only then: an end of file once gpuckpt has closed it or ended.
-    `exec 3<> ${shQuote(join(dir, 'answer'))} 4< ${shQuote(join(dir, 'answer'))} 3>&-`,
+    `exec 3<> ${shellQuote(join(dir, 'answer'))} 4< ${shellQuote(join(dir, 'answer'))} 3>&-`,
     // Said once the pipe is open here: an answer written from now on is kept for this read.
-    `: > ${shQuote(join(dir, 'dumped'))}`,
+    `: > ${shellQuote(join(dir, 'dumped'))}`,
     'read -r word <&4 && [ "$word" = go ]',
     '',
   ].join('\n');

@@ -8,14 +8,15 @@ import { GpuckptError } from './errors.js';
 import { log } from './log.js';
 
 const SIGNALS: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
+/** The exit status of a command a signal ended, as a shell gives it. */
+const statusOf = (sig: NodeJS.Signals) => 128 + (constants.signals[sig] ?? 0);
 
 export class Interrupts {
   private got: NodeJS.Signals | undefined;
   private readonly onSignal = (sig: NodeJS.Signals) => {
-    const status = 128 + (constants.signals[sig] ?? 0);
     if (this.got) {
       process.stderr.write(`gpuckpt: ${sig} again: ${this.leaves}\n`);
-      process.exit(status);
+      process.exit(statusOf(sig));
     }
     this.got = sig;
     log('warn', this.what, `${sig}: ${this.undo} (a second one ends gpuckpt now: ${this.leaves})`);
@@ -37,7 +38,7 @@ export class Interrupts {
   /** Throws INTERRUPTED (exit status 128 + the signal) once a signal came. */
   check(): void {
     if (!this.got) return;
-    throw new GpuckptError('INTERRUPTED', `interrupted by ${this.got}`, { exitStatus: 128 + (constants.signals[this.got] ?? 0) });
+    throw new GpuckptError('INTERRUPTED', `interrupted by ${this.got}`, { exitStatus: statusOf(this.got) });
   }
 
   close(): void {

@@ -29,7 +29,7 @@ import type { FrameworkUse } from './framework-free.js';
 import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
 import { adoptKept, dropKept } from './kept-copy.js';
-import { ImageReader, publishedPath, tempDirOwner } from '../image/index.js';
+import { ImageReader, MANIFEST_FILE, publishedPath, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { Progress } from '../base/progress.js';
@@ -428,7 +428,7 @@ export function gpuPairs(processGpus: string[], target: string): GpuPair[] {
  */
 function heldWhere(pid: number, held: string): string {
   const published = tempDirOwner(basename(held)) === pid && !existsSync(held) ? publishedPath(held) : undefined;
-  return published && existsSync(join(published, 'manifest')) ? published : held;
+  return published && existsSync(join(published, MANIFEST_FILE)) ? published : held;
 }
 
 function currentDevices(image: string): string[] | undefined {

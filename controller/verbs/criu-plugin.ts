@@ -150,33 +150,31 @@ async function runsFreely(pid: number, criu?: number): Promise<'runs' | 'gone' |
   return isAlive(pid) ? 'stopped' : 'gone';
 }
 
-/** Whether pid runs under gpuckpt with its pool suspended. */
-async function suspendedUnderGpuckpt(pid: number): Promise<boolean> {
+/** pid's pool state (PoolState); undefined when its shim does not answer (not under gpuckpt, or gone). */
+async function poolStateOf(pid: number): Promise<number | undefined> {
   try {
     const session = await ShimSession.open(pid);
     try {
-      return (await session.status()).poolState === PoolState.SUSPENDED;
+      return (await session.status()).poolState;
     } finally {
       session.close();
     }
   } catch {
-    return false;
+    return undefined;
   }
+}
+
+/** Whether pid runs under gpuckpt with its pool suspended. */
+async function suspendedUnderGpuckpt(pid: number): Promise<boolean> {
+  return (await poolStateOf(pid)) === PoolState.SUSPENDED;
 }
 
 /** Whether pid's pool is back within a few seconds (another helper resuming it). */
 async function becomesActive(pid: number): Promise<boolean> {
   for (let i = 0; i < 50; i++) {
-    try {
-      const session = await ShimSession.open(pid);
-      try {
-        if ((await session.status()).poolState === PoolState.ACTIVE) return true;
-      } finally {
-        session.close();
-      }
-    } catch {
-      return false;
-    }
+    const state = await poolStateOf(pid);
+    if (state === undefined) return false;
+    if (state === PoolState.ACTIVE) return true;
     await new Promise((r) => setTimeout(r, 100));
   }
   return false;

@@ -9,6 +9,7 @@ import { delimiter, join, resolve } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { JOB_NAME } from '../adapters/jobs.js';
 import { parseAddress, parseSize } from '../base/units.js';
+import { shellQuote } from '../base/shell-quote.js';
 import { packageRoot } from '../../native/index.js';
 
 export interface RunOptions {
@@ -83,10 +84,6 @@ export function makeRunPlan(command: string[], opts: RunOptions): RunPlan {
   const preload = process.env.LD_PRELOAD;
   env.LD_PRELOAD = preload ? `${shim} ${preload}` : shim;
   return { program: resolveProgram(command[0]!), args: command.slice(1), env };
-}
-
-function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
