@@ -37,6 +37,12 @@ interface NativeModule {
   mapFiles(fds: number[], fileBytes: bigint | number, size: bigint | number, offset: bigint | number, length: bigint | number): ArrayBuffer;
   /** Unmaps a mapFiles buffer at once and detaches it. */
   unmapFiles(buffer: ArrayBuffer): void;
+  /** One mapping of the whole of files laid end to end, for every thread: its address. */
+  mapShared(fds: number[], fileBytes: bigint | number, size: bigint | number): bigint;
+  /** Unmaps a mapShared mapping; no view of it may be used after. */
+  unmapShared(address: bigint): void;
+  /** An ArrayBuffer over [address, address+length) inside a live mapShared mapping (length <= 4 GiB); collecting it unmaps nothing. */
+  viewAt(address: bigint, length: number): ArrayBuffer;
   closeFd(fd: number): void;
   /** O_NONBLOCK cleared (blocking) or set on fd; whether it was blocking before. */
   setBlocking(fd: number, blocking: boolean): boolean;

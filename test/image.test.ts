@@ -991,6 +991,77 @@ describe('reader refuses damaged images, each with its own code', () => {
 });
 
 describe('codec pool', () => {
+  it('decompresses frames its workers read from the image file into staging mapped once for all of them, and says which file failed', async () => {
+    const { CodecPool } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);
+    const { createStaging } = await import(new URL('../dist/controller/engine/staging-files.js', import.meta.url).href);
+    const dir = await mkdtemp(join(tmpdir(), 'gpuckpt-codec-'));
+    const raws = [0, 1, 2, 3].map((i) => pseudoRandom((3 << 20) + i * 4096, 20 + i));
+    const frames = raws.map((r) => compressFrame(r));
+    const data = join(dir, 'pool.zst');
+    await writeFile(data, Buffer.concat(frames));
+    // Small files: a frame crosses from one memfd into the next.
+    const staging = createStaging(16 << 20, { GPUCKPT_STAGING_FILE: '2M' });
+    const pool = new CodecPool(2);
+    try {
+      await pool.mapStaging(staging);
+      let at = 0;
+      const placed: number[] = [];
+      await Promise.all(
+        frames.map((f, i) => {
+          const offset = frames.slice(0, i).reduce((n, g) => n + g.length, 0);
+          placed.push(at);
+          const p = pool.decompressInto({ path: data, offset, length: f.length }, at, raws[i]!.length, `frame ${i}`);
+          at += raws[i]!.length;
+          return p;
+        }),
+      );
+      // Mapped again (as a restore does for the shim's own staging): the workers take the new mapping.
+      await pool.mapStaging(staging);
+      const base = native().mapShared(staging.fds, staging.fileBytes, staging.size);
+      try {
+        raws.forEach((r, i) => expect(Buffer.from(native().viewAt(base + BigInt(placed[i]!), r.length)).equals(r)).toBe(true));
+      } finally {
+        native().unmapShared(base);
+      }
+      const cut = join(dir, 'cut.zst');
+      await writeFile(cut, frames[0]!.subarray(0, 1000));
+      await expect(pool.decompressInto({ path: cut, offset: 0, length: frames[0]!.length }, 0, raws[0]!.length, 'frame 0')).rejects.toMatchObject({ code: 'IMAGE_TRUNCATED' });
+      await expect(pool.decompressInto({ path: join(dir, 'gone.zst'), offset: 0, length: 10 }, 0, raws[0]!.length, 'frame 0')).rejects.toMatchObject({
+        code: 'IMAGE_READ_FAILED',
+        message: expect.stringContaining('gone.zst'),
+      });
+    } finally {
+      await pool.close();
+      for (const fd of staging.fds) native().closeFd(fd);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a shared mapping: views inside it only, its data kept by the memfds after an unmap that drops its pages from several threads', () => {
+    const file = 128 << 20;
+    const size = 512 << 20; // two slices of 256 MiB or more: the parallel drop runs wherever there are 2 cores
+    const fds = [0, 1, 2, 3].map(() => native().createMemfd(file));
+    try {
+      let base = native().mapShared(fds, file, size);
+      for (let off = 0; off < size; off += 1 << 20) new Uint8Array(native().viewAt(base + BigInt(off), 4096)).fill((off >> 20) & 255);
+      expect(() => native().viewAt(base + BigInt(size - 4096), 8192)).toThrow(/viewAt: Invalid argument/);
+      expect(() => native().viewAt(base - 4096n, 4096)).toThrow(/viewAt: Invalid argument/);
+      native().unmapShared(base);
+      expect(() => native().unmapShared(base)).toThrow(/unmapShared: Invalid argument/);
+      expect(() => native().viewAt(base, 4096)).toThrow(/viewAt: Invalid argument/);
+      base = native().mapShared(fds, file, size);
+      try {
+        let wrong = 0;
+        for (let off = 0; off < size; off += 1 << 20) wrong += Number(new Uint8Array(native().viewAt(base + BigInt(off), 1))[0] !== ((off >> 20) & 255));
+        expect(wrong).toBe(0);
+      } finally {
+        native().unmapShared(base);
+      }
+    } finally {
+      for (const fd of fds) native().closeFd(fd);
+    }
+  });
+
   it('closing with frames queued waits for the frames being decoded, drops the rest, and leaves nothing to reject', async () => {
     // The pool's worker is the built one (dist/), as the CLI runs it.
     const { CodecPool } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);

@@ -7,11 +7,20 @@ import { availableParallelism } from 'node:os';
 import { ownBuffer, WorkerPool } from '../base/worker-pool.js';
 import { faultPoint } from '../base/faults.js';
 import type { Planes, PlanesMode } from '../image/byte-planes.js';
+import { native } from '../../native/index.js';
+import { log } from '../base/log.js';
+
+/** A compressed frame's place in its file (ImageReader.frameSource). */
+export interface FrameSource {
+  path: string;
+  offset: number;
+  length: number;
+}
 
 export type CodecTask =
-  | { id: number; op: 'map'; fds: number[]; fileBytes: number; size: number }
+  | { id: number; op: 'map'; base: bigint; size: number }
   | { id: number; op: 'compress'; offset: number; length: number; level: number; planes: PlanesMode }
-  | { id: number; op: 'decompress'; compressed: ArrayBuffer; offset: number; length: number; what: string; planes?: 2 | 4 }
+  | { id: number; op: 'decompress'; src: FrameSource; offset: number; length: number; what: string; planes?: 2 | 4 }
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
   | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
   | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
@@ -40,6 +49,8 @@ export class CodecPool {
   /** Set by close(): workers answer the tasks still queued without running them. */
   private readonly cancelled = new Int32Array(new SharedArrayBuffer(4));
   private closing: Promise<void> | undefined;
+  /** The staging the workers see (mapStaging), mapped here. */
+  private mapped: bigint | undefined;
 
   constructor(workers = defaultWorkerCount()) {
     this.pool = new WorkerPool(new URL('./codec-worker.js', import.meta.url), workers, 'codec', { cancelled: this.cancelled });
@@ -49,10 +60,23 @@ export class CodecPool {
     return this.pool.size;
   }
 
-  /** Maps the staging memfds in every worker. */
+  /**
+   * Maps the staging memfds once, for every worker (native mapShared): the
+   * mapping staging had before goes once each worker has the new one, the
+   * last one when the workers have ended (close).
+   */
   async mapStaging(staging: { fds: number[]; fileBytes: number; size: number }): Promise<void> {
     const { fds, fileBytes, size } = staging;
-    await this.pool.each({ op: 'map', fds, fileBytes, size });
+    const base = native().mapShared(fds, fileBytes, size);
+    try {
+      await this.pool.each({ op: 'map', base, size });
+    } catch (e) {
+      native().unmapShared(base);
+      throw e;
+    }
+    // Each worker ran its earlier tasks before the map: none uses the old mapping now.
+    if (this.mapped !== undefined) native().unmapShared(this.mapped);
+    this.mapped = base;
   }
 
   /** A frame of staging [offset, offset+length), and the layout it chose (planes: GPUCKPT_SHUFFLE's mode). */
@@ -80,9 +104,9 @@ export class CodecPool {
     await this.pool.run({ op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what });
   }
 
-  async decompressInto(compressed: Uint8Array, offset: number, length: number, what: string, planes?: 2 | 4): Promise<void> {
-    const buf = ownBuffer(compressed);
-    await this.pool.run({ op: 'decompress', compressed: buf, offset, length, what, ...(planes ? { planes } : {}) }, [buf]);
+  /** The frame at src, read by a worker, checked and decompressed into staging [offset, offset+length). */
+  async decompressInto(src: FrameSource, offset: number, length: number, what: string, planes?: 2 | 4): Promise<void> {
+    await this.pool.run({ op: 'decompress', src, offset, length, what, ...(planes ? { planes } : {}) });
   }
 
   async verify(compressed: Uint8Array, length: number, what: string): Promise<void> {
@@ -100,7 +124,12 @@ export class CodecPool {
   close(): Promise<void> {
     this.closing ??= (async () => {
       Atomics.store(this.cancelled, 0, 1);
+      const t0 = performance.now();
       await this.pool.close();
+      const t1 = performance.now();
+      if (this.mapped !== undefined) native().unmapShared(this.mapped);
+      this.mapped = undefined;
+      log('debug', 'codec', `workers ended in ${((t1 - t0) / 1000).toFixed(3)} s, staging unmapped in ${((performance.now() - t1) / 1000).toFixed(3)} s`);
     })();
     return this.closing;
   }

@@ -1,8 +1,8 @@
 /**
  * Worker thread of the codec pool: compresses and decompresses frames, and
- * digests blocks, straight from and into the staging memory it maps itself (the memfds
- * are shared by every thread of the controller and by the shim), so raw pool
- * data never crosses a thread boundary by copy.
+ * digests blocks, straight from and into the staging memory the pool mapped
+ * once for every thread (the memfds are shared with the shim too), so raw
+ * pool data never crosses a thread boundary by copy.
  */
 import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -11,21 +11,18 @@ import { compressFrame, decompressFrame } from '../image/frame-codec.js';
 import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
 import { readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
-import type { CodecReply, CodecTask } from './codec-pool.js';
+import { osErrorText } from '../image/os-error.js';
+import type { CodecReply, CodecTask, FrameSource } from './codec-pool.js';
 
-/**
- * Staging is mapped in windows (V8 caps an ArrayBuffer at 4 GiB): window k
- * covers [k*WINDOW, k*WINDOW + WINDOW + MAX_TASK), so any task no longer
- * than MAX_TASK that starts in window k lies wholly inside it.
- */
-const WINDOW = 1024 * 1024 * 1024;
+/** Frames and digested ranges are at most this long (MAX_FRAME_LENGTH); a view is made per task. */
 const MAX_TASK = 64 * 1024 * 1024;
-let staging: { fds: number[]; fileBytes: number; size: number; windows: Map<number, Uint8Array> } | undefined;
+/** The staging the pool mapped for every thread (CodecPool.mapStaging). */
+let staging: { base: bigint; size: number } | undefined;
 
 function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
   switch (task.op) {
     case 'map':
-      staging = { fds: task.fds, fileBytes: task.fileBytes, size: task.size, windows: new Map() };
+      staging = { base: task.base, size: task.size };
       return { reply: { id: task.id }, transfer: [] };
     case 'compress': {
       const raw = stagingView(task.offset, task.length);
@@ -36,13 +33,16 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       copy.set(out);
       return { reply: { id: task.id, data: copy.buffer, planes }, transfer: [copy.buffer] };
     }
-    case 'decompress':
-      // Straight into staging: a buffer of its own per frame cost a fresh
-      // 16 MiB (faulted in page by page) and a copy of it. Byte planes go
-      // through the worker's buffer, put back into elements on the way.
-      if (task.planes) fromPlanes(decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length)), task.planes, stagingView(task.offset, task.length));
-      else decompressFrame(new Uint8Array(task.compressed), task.length, task.what, stagingView(task.offset, task.length));
+    case 'decompress': {
+      // Read here into the worker's own buffer, then straight into staging
+      // (a raw buffer per frame cost a fresh 16 MiB faulted in page by page,
+      // and a copy). Byte planes go through the worker's raw buffer, put
+      // back into elements on the way.
+      const compressed = readFrameBytes(task.src);
+      if (task.planes) fromPlanes(decompressFrame(compressed, task.length, task.what, scratch(task.length)), task.planes, stagingView(task.offset, task.length));
+      else decompressFrame(compressed, task.length, task.what, stagingView(task.offset, task.length));
       return { reply: { id: task.id }, transfer: [] };
+    }
     case 'digest': {
       // A Buffer of its own (not a pooled slab), so it can be transferred.
       const digests = native().hostBlockDigests(stagingView(task.offset, task.length), task.blockSize);
@@ -125,19 +125,21 @@ function scratchOf(s: { buffer: Uint8Array }, length: number): Uint8Array {
 }
 const scratch = (length: number) => scratchOf(rawScratch, length);
 
+/** A frame's compressed bytes, into the worker's buffer; a failed read says which image file. */
+function readFrameBytes(src: FrameSource): Uint8Array {
+  try {
+    return readRange(src.path, src.offset, src.length, scratchOf(compressedScratch, src.length));
+  } catch (e) {
+    if (e instanceof GpuckptError) throw e;
+    throw new GpuckptError('IMAGE_READ_FAILED', `cannot read image ${src.path}: ${osErrorText(e)}`, { cause: e });
+  }
+}
+
 function stagingView(offset: number, length: number): Uint8Array {
   if (!staging) throw new GpuckptError('INTERNAL', 'codec worker has no staging memory');
   if (offset < 0 || length < 0 || length > MAX_TASK || offset + length > staging.size)
     throw new GpuckptError('INTERNAL', `codec worker: range ${offset}+${length} outside staging of ${staging.size}`);
-  const k = Math.floor(offset / WINDOW);
-  let win = staging.windows.get(k);
-  if (!win) {
-    const start = k * WINDOW;
-    win = new Uint8Array(native().mapFiles(staging.fds, staging.fileBytes, staging.size, start, Math.min(WINDOW + MAX_TASK, staging.size - start)));
-    staging.windows.set(k, win);
-  }
-  const at = offset - k * WINDOW;
-  return win.subarray(at, at + length);
+  return new Uint8Array(native().viewAt(staging.base + BigInt(offset), length));
 }
 
 /** Set when the pool closes: what is still queued is answered, not run. */

@@ -294,7 +294,9 @@ export async function writePoolImage(
     throw e;
   } finally {
     await codecs?.close();
+    clock.mark('workers ended');
     if (staging) await releaseStaging(staging);
+    clock.mark('staging released');
   }
 }
 

@@ -193,14 +193,13 @@ export class PoolLoader {
   }
 
   private async decompress(group: PlacedSource[]): Promise<void> {
-    // Bounds the compressed bytes read ahead of the workers.
+    // Bounds the tasks queued ahead of the workers.
     const limiter = new Limiter(2 * this.codecs.size);
     await Promise.all(
       group.map(({ item, offset }) =>
         limiter.run(async () => {
           const r = this.chain[item.image]!;
-          const compressed = await r.readFrame(item.frameIndex);
-          await this.codecs.decompressInto(compressed, offset, item.length, `${r.path}: ${frameLabel(item.frame, item.frameIndex)}`, item.frame.planes);
+          await this.codecs.decompressInto(r.frameSource(item.frameIndex), offset, item.length, `${r.path}: ${frameLabel(item.frame, item.frameIndex)}`, item.frame.planes);
           this.progress.update(`restore: decompressed frame ${item.frameIndex + 1} of ${r.frameCount}${item.image ? ` (parent ${item.image})` : ''}`);
         }),
       ),

@@ -100,6 +100,19 @@ export class ImageReader {
     return buf;
   }
 
+  /**
+   * Where frame `i`'s compressed bytes are, for a reader of its own: a
+   * codec worker reads them into a buffer it keeps, where a fresh buffer
+   * per frame, read on the main thread and handed over, was a copy and
+   * garbage for every frame.
+   */
+  frameSource(i: number): { path: string; offset: number; length: number } {
+    const frame = this.manifest.data.frames[i];
+    if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
+    faultPoint('image-read');
+    return { path: join(this.path, DATA_FILE), offset: Number(frame.offset), length: frame.compressedLength };
+  }
+
   /** The raw device bytes of frame `i`, checksum-verified (IMAGE_DATA_CORRUPT if damaged). */
   async readFrameData(i: number): Promise<Buffer> {
     const frame = this.manifest.data.frames[i];

@@ -23,6 +23,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Session", Session::Init(env));
   exports.Set("mapFiles", Napi::Function::New(env, MapFiles, "mapFiles"));
   exports.Set("unmapFiles", Napi::Function::New(env, UnmapFiles, "unmapFiles"));
+  exports.Set("mapShared", Napi::Function::New(env, MapShared, "mapShared"));
+  exports.Set("unmapShared", Napi::Function::New(env, UnmapShared, "unmapShared"));
+  exports.Set("viewAt", Napi::Function::New(env, ViewAt, "viewAt"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("setBlocking", Napi::Function::New(env, SetBlocking, "setBlocking"));
   exports.Set("growPipe", Napi::Function::New(env, GrowPipe, "growPipe"));
