@@ -54,6 +54,10 @@ $(T)/test_bounce: test/c/test_bounce.c shim/control/bounce.c shim/control/bounce
 	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_bounce.c shim/control/bounce.c shim/control/prefault.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c \
 		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
+$(T)/test_staging: test/c/test_staging.c shim/control/staging.c shim/control/staging.h shim/control/bounce.c shim/control/prefault.c shim/control/spare_memory.c shim/control/detached.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c $(T)/fake/libcuda.so.1
+	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_staging.c shim/control/staging.c shim/control/bounce.c shim/control/prefault.c shim/control/spare_memory.c shim/control/detached.c \
+		shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c -ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
+
 $(T)/test_spare_memory: test/c/test_spare_memory.c shim/control/spare_memory.c shim/control/spare_memory.h shim/interpose/log.c shim/interpose/config.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_spare_memory.c shim/control/spare_memory.c shim/interpose/log.c -pthread
@@ -90,7 +94,7 @@ $(T)/sibling_restore: test/fake-criu/sibling_restore.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $<
 
-TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
+TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_staging $(T)/test_spare_memory $(T)/test_prefault $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)
@@ -106,6 +110,7 @@ check: test-build
 	$(T)/test_cut
 	$(T)/test_config
 	$(T)/test_bounce
+	$(T)/test_staging
 	$(T)/test_spare_memory
 	$(T)/test_prefault
 	$(T)/test_device_files

@@ -266,6 +266,7 @@ static int handle_suspend_pool(struct gp_request *r)
         return -EINVAL;
     if (!on_gpu)
         gp_peer_drop();
+    gp_staging_releases_wait();
     /* Held elsewhere than in private memory, the process may be dumped by
      * CRIU next (a whole-process checkpoint): it must not take the spare
      * host memory along as the application's. */
@@ -992,5 +993,8 @@ void gp_client_release(struct gp_client *c)
     }
     close_live_window(c);
     gp_collective_client_gone(c);
-    gp_staging_destroy(&c->staging);
+    /* Unpinning and unmapping 16 GiB took 1.4 s, which the next
+     * controller's hello waited for (a restore right after a checkpoint). */
+    struct gp_held none = { 0 };
+    gp_staging_release_later(&c->staging, &none);
 }

@@ -434,26 +434,53 @@ struct release_job {
     struct gp_held held;
 };
 
+/* Release jobs still running: gp_staging_releases_wait waits for none. */
+static pthread_mutex_t releases_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t releases_done = PTHREAD_COND_INITIALIZER;
+static unsigned releases_running;
+
+static void releases_add(int n)
+{
+    pthread_mutex_lock(&releases_lock);
+    releases_running += (unsigned)n;
+    if (!releases_running)
+        pthread_cond_broadcast(&releases_done);
+    pthread_mutex_unlock(&releases_lock);
+}
+
 static void *release_job_run(void *arg)
 {
     struct release_job *j = arg;
     gp_staging_destroy(&j->staging);
     gp_held_drop(&j->held);
     free(j);
+    releases_add(-1);
     return NULL;
 }
 
 void gp_staging_release_later(struct gp_staging *s, struct gp_held *held)
 {
+    if (!s->base && !held->base)
+        return;
     struct release_job *j = malloc(sizeof(*j));
     if (j)
         *j = (struct release_job){ .staging = *s, .held = *held };
+    releases_add(1);
     if (j && gp_run_detached(release_job_run, j)) {
         *s = (struct gp_staging){ .nfds = 0 };
         *held = (struct gp_held){ 0 };
         return;
     }
+    releases_add(-1);
     free(j);
     gp_staging_destroy(s);
     gp_held_drop(held);
+}
+
+void gp_staging_releases_wait(void)
+{
+    pthread_mutex_lock(&releases_lock);
+    while (releases_running)
+        pthread_cond_wait(&releases_done, &releases_lock);
+    pthread_mutex_unlock(&releases_lock);
 }

@@ -89,5 +89,8 @@ void gp_staging_destroy(struct gp_staging *s);
  * unmapping it takes time too, that an application already running again
  * need not wait for. */
 void gp_staging_release_later(struct gp_staging *s, struct gp_held *held);
+/* Returns once no such release runs: before the driver or CRIU saves the
+ * process, whose pinned and spare memory must be gone by then. */
+void gp_staging_releases_wait(void);
 
 #endif
