@@ -196,11 +196,13 @@ export async function receiveImage(fd: number, dirFor: (bound: number | undefine
       // A data record's CRC is checked by the worker that writes it.
       if (kind !== Kind.DATA && crc32(payload) !== crc) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: the stream's record at byte ${at} (${name || 'end'}) fails its CRC-32`);
       if (kind === Kind.END) {
+        log('debug', 'stream', `end record read at byte ${at}`);
         await writes.drain();
         const end = JSON.parse(payload.toString()) as EndSummary;
         const missing = Object.entries(end.files).find(([p, size]) => sizes[p] === undefined || sizes[p]! < size);
         if (missing || end.dataRecords !== dataRecords || end.dataBytes !== dataBytes || Object.keys(sizes).length !== Object.keys(end.files).length)
           throw new GpuckptError('IMAGE_TRUNCATED', `image stream is incomplete: ${missing ? `${missing[0]} has ${sizes[missing[0]] ?? 'no'} of its ${missing[1]} bytes` : `${dataRecords} data records of ${end.dataRecords}, ${dataBytes} bytes of ${end.dataBytes}`}`);
+        log('debug', 'stream', 'every record written; waiting for the end of the stream');
         if (!(await r.atEnd())) throw new GpuckptError('IMAGE_CORRUPT', `image stream is corrupt: bytes follow its end record at byte ${at}`);
         return { bytes: r.bytes, files: Object.keys(sizes).length };
       }

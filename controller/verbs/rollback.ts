@@ -26,6 +26,8 @@ export interface RollbackOptions {
   progress?: boolean;
   /** Codec workers started earlier (restoreStreamInto); the caller ends them. */
   codecs?: CodecPool;
+  /** Called once the image will not be read again (every frame in staging, or the restore over). */
+  imageDone?: () => void;
 }
 
 export interface RollbackSummary {
@@ -37,7 +39,7 @@ export interface RollbackSummary {
   copySeconds: number;
   copyGBps: number;
   ringMode: boolean;
-  /** Where the time went: open, load (frames checked, into staging), pause, copy, resume. */
+  /** Where the time went: image (its manifest read), connect, open (allocations matched), load (frames checked, into staging), pause, copy, resume. */
   phases: Phases;
 }
 
@@ -49,12 +51,15 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
   let loader: PoolLoader | undefined;
   try {
     const m = reader.manifest;
+    clock.mark('image');
     session = await ShimSession.open(pid);
+    clock.mark('connect');
     checkPoolLayout(m.pool, session.hello, pid);
     checkAllocations(m, await session.listAllocations(), pid);
     clock.mark('open');
     loader = await PoolLoader.prepare(session, reader, opts);
     clock.mark('load');
+    if (loader.fits) opts.imageDone?.();
 
     const pauseStart = performance.now();
     await session.quiesce(opts.leaseMs ?? DEFAULT_LEASE_MS, true);
@@ -103,12 +108,15 @@ export async function restoreInto(imagePath: string, pid: number, opts: Rollback
 /**
  * restore - --into (or --import FILE --into): the image received whole,
  * then written into pid. The codec workers start while the stream comes
- * in: 0.13 s of a 2 GiB restore on a 32-core host, now behind the stream.
+ * in: 0.13 s of a 2 GiB restore on a 32-core host, now behind the stream;
+ * the received image is removed from the moment its frames are in staging.
  */
 export async function restoreStreamInto(source: string, pid: number, opts: RollbackOptions = {}): Promise<RollbackSummary & StreamedSummary> {
   const codecs = new CodecPool(opts.workers);
   try {
-    return await restoreStreamed(source, (dir) => restoreInto(dir, pid, { ...opts, codecs }));
+    // The workers end beside the received image's removal, not after it.
+    const restore = (dir: string, imageDone: () => void) => restoreInto(dir, pid, { ...opts, codecs, imageDone }).finally(() => codecs.close());
+    return await restoreStreamed(source, restore);
   } finally {
     await codecs.close();
   }
