@@ -6,51 +6,21 @@
  * record and a failing batch each end the copy with -EIO instead of
  * hanging, and a driver that cannot batch gets a call per span. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bounce.h"
-#include "contexts.h"
+#include "fake_driver.h"
 #include "harness.h"
-#include "real_driver.h"
 
 void *gp_real[GP_IDX_COUNT];
 
-typedef CUresult (*pfn_init)(unsigned);
-typedef CUresult (*pfn_retain)(CUcontext *, CUdevice);
-typedef CUresult (*pfn_current)(CUcontext);
 typedef CUresult (*pfn_alloc)(CUdeviceptr *, size_t);
 typedef CUresult (*pfn_stream)(CUstream *, unsigned);
 typedef CUresult (*pfn_h2d)(CUdeviceptr, const void *, size_t);
 typedef CUresult (*pfn_d2h)(void *, CUdeviceptr, size_t);
 
-static void *fn(const char *name)
-{
-    static void *lib;
-    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
-        fprintf(stderr, "test_bounce: %s\n", dlerror());
-        exit(2);
-    }
-    void *p = dlsym(lib, name);
-    if (!p) {
-        fprintf(stderr, "test_bounce: the fake exports no %s\n", name);
-        exit(2);
-    }
-    return p;
-}
-
-/* The shim's version retains once per process; the test's makes it current each time. */
-int gp_contexts_use_primary(int device, CUresult *cu_err)
-{
-    CUcontext c;
-    CUresult cu = ((pfn_retain)fn("cuDevicePrimaryCtxRetain"))(&c, device);
-    if (cu == CUDA_SUCCESS)
-        cu = ((pfn_current)fn("cuCtxSetCurrent"))(c);
-    *cu_err = cu;
-    return cu == CUDA_SUCCESS ? 0 : -EIO;
-}
 
 #define MIB (1ull << 20)
 /* Odd lengths, an empty span, and more than one ring's worth on a 2-core

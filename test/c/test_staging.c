@@ -4,16 +4,14 @@
  * gp_staging_releases_wait returns only once that is done, as a suspend
  * needs before the driver or CRIU saves the process. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "config.h"
-#include "contexts.h"
+#include "fake_driver.h"
 #include "harness.h"
-#include "real_driver.h"
 #include "staging.h"
 
 void *gp_real[GP_IDX_COUNT];
@@ -26,35 +24,7 @@ const struct gp_config *gp_shim_config(void)
     return &config;
 }
 
-typedef CUresult (*pfn_init)(unsigned);
-typedef CUresult (*pfn_retain)(CUcontext *, CUdevice);
-typedef CUresult (*pfn_current)(CUcontext);
 typedef CUresult (*pfn_unregister)(void *);
-
-static void *fn(const char *name)
-{
-    static void *lib;
-    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
-        fprintf(stderr, "test_staging: %s\n", dlerror());
-        exit(2);
-    }
-    void *p = dlsym(lib, name);
-    if (!p) {
-        fprintf(stderr, "test_staging: the fake exports no %s\n", name);
-        exit(2);
-    }
-    return p;
-}
-
-int gp_contexts_use_primary(int device, CUresult *cu_err)
-{
-    CUcontext c;
-    CUresult cu = ((pfn_retain)fn("cuDevicePrimaryCtxRetain"))(&c, device);
-    if (cu == CUDA_SUCCESS)
-        cu = ((pfn_current)fn("cuCtxSetCurrent"))(c);
-    *cu_err = cu;
-    return cu == CUDA_SUCCESS ? 0 : -EIO;
-}
 
 #define MIB (1ull << 20)
 
