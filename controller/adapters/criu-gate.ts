@@ -9,7 +9,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, r
 import { join } from 'node:path';
 import { shellQuote } from '../base/shell-quote.js';
 import { native } from '../../native/index.js';
-import { isAlive } from './processes.js';
+import { isAlive } from '../base/pid-alive.js';
 import { ownRunDir } from './run-dir.js';
 
 const PREFIX = 'criu-gate-';

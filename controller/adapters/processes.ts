@@ -3,17 +3,8 @@ import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { GpuckptError } from '../base/errors.js';
+import { isAlive } from '../base/pid-alive.js';
 import { native } from '../../native/index.js';
-
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    // EPERM: it exists but belongs to someone else.
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 export function parsePid(text: string): number {
   if (!/^[1-9][0-9]{0,9}$/.test(text)) throw new GpuckptError('BAD_ARGUMENT', `"${text}" is not a process ID`);

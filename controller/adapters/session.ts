@@ -7,7 +7,8 @@
 import { close as closeFd, existsSync } from 'node:fs';
 import { GpuckptError, isGpuckptError, type ErrorCode } from '../base/errors.js';
 import { hex } from '../base/units.js';
-import { hasShimLoaded, innerPid, isAlive, processUid } from './processes.js';
+import { hasShimLoaded, innerPid, processUid } from './processes.js';
+import { isAlive } from '../base/pid-alive.js';
 import { socketCandidates } from './run-dir.js';
 import {
   CopyFlag,

@@ -15,6 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { lstat, readdir, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import { isAlive } from '../base/pid-alive.js';
 
 const TEMP_MARK = '.gpuckpt-tmp-';
 const TEMP_NAME = /^\..+\.gpuckpt-tmp-(\d+)-[0-9a-f]+$/;
@@ -39,19 +40,6 @@ export function publishedPath(path: string): string | undefined {
   return TEMP_NAME.test(entry) ? join(dirname(path), entry.slice(1, entry.lastIndexOf(TEMP_MARK))) : undefined;
 }
 
-/** Whether `pid` names a live process (one we may not signal still counts as live). */
-export function isPidAlive(pid: number): boolean {
-  if (pid === process.pid) return true;
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    // ESRCH: no such process. EPERM: exists but belongs to someone else.
-    return (e as NodeJS.ErrnoException).code !== 'ESRCH';
-  }
-}
-
 /**
  * Delete the working directories in `parentDir` left by writers that are no
  * longer running. Best effort: an unreadable parent or an entry that cannot
@@ -68,7 +56,7 @@ export async function removeStaleTempDirs(parentDir: string): Promise<string[]> 
   const removed: string[] = [];
   for (const entry of entries) {
     const pid = tempDirOwner(entry);
-    if (pid === undefined || isPidAlive(pid)) continue;
+    if (pid === undefined || isAlive(pid)) continue;
     const full = join(parentDir, entry);
     try {
       // lstat: never follow a symlink that merely has a matching name.

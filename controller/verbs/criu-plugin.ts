@@ -26,7 +26,8 @@
 import { appendFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
-import { innerPid, isAlive, killProcess, processStatus } from '../adapters/processes.js';
+import { innerPid, killProcess, processStatus } from '../adapters/processes.js';
+import { isAlive } from '../base/pid-alive.js';
 import { logsDir } from '../adapters/run-dir.js';
 import { ShimSession } from '../adapters/session.js';
 import { openChain } from '../image/chain.js';

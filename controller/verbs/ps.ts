@@ -6,7 +6,8 @@
 import { readdirSync, unlinkSync } from 'node:fs';
 import { isGpuckptError } from '../base/errors.js';
 import { ShimSession } from '../adapters/session.js';
-import { commandLine, isAlive } from '../adapters/processes.js';
+import { commandLine } from '../adapters/processes.js';
+import { isAlive } from '../base/pid-alive.js';
 import { containedShimPids, ownRunDir, socketPath } from '../adapters/run-dir.js';
 import { CommFlag, type OutsidePool } from '../../native/index.js';
 import { jobOf, type JobTag } from '../adapters/jobs.js';
