@@ -377,6 +377,8 @@ int gp_staging_take(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_
 
 int gp_staging_adopt(const struct gp_held *held, int device, struct gp_staging *out)
 {
+    /* A departed controller's borrow of this memory may still be unpinning it. */
+    gp_staging_releases_wait();
     *out = (struct gp_staging){ .nfds = 0 };
     if (!held->base)
         return -ENOENT;

@@ -90,7 +90,8 @@ void gp_staging_destroy(struct gp_staging *s);
  * need not wait for. */
 void gp_staging_release_later(struct gp_staging *s, struct gp_held *held);
 /* Returns once no such release runs: before the driver or CRIU saves the
- * process, whose pinned and spare memory must be gone by then. */
+ * process, whose pinned and spare memory must be gone by then, and before
+ * held memory is borrowed again (one may still be unpinning it). */
 void gp_staging_releases_wait(void);
 
 #endif
