@@ -7,15 +7,9 @@ import { availableParallelism } from 'node:os';
 import { ownBuffer, WorkerPool } from '../base/worker-pool.js';
 import { faultPoint } from '../base/faults.js';
 import type { Planes, PlanesMode } from '../image/byte-planes.js';
+import type { FrameSource } from '../image/index.js';
 import { native } from '../../native/index.js';
 import { log } from '../base/log.js';
-
-/** A compressed frame's place in its file (ImageReader.frameSource). */
-export interface FrameSource {
-  path: string;
-  offset: number;
-  length: number;
-}
 
 export type CodecTask =
   | { id: number; op: 'map'; base: bigint; size: number }

@@ -12,7 +12,8 @@ import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
 import { readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import { osErrorText } from '../image/os-error.js';
-import type { CodecReply, CodecTask, FrameSource } from './codec-pool.js';
+import type { FrameSource } from '../image/index.js';
+import type { CodecReply, CodecTask } from './codec-pool.js';
 
 /** Frames and digested ranges are at most this long (MAX_FRAME_LENGTH); a view is made per task. */
 const MAX_TASK = 64 * 1024 * 1024;

@@ -26,4 +26,4 @@ export { checkManifest, type ManifestCheck } from './manifest-check.js';
 export { compressFrame, decompressFrame } from './frame-codec.js';
 export { ImageWriter, type ImageWriterOptions } from './writer.js';
 export { publishedPath, removeStaleTempDirs, tempDirOwner } from './temp-dirs.js';
-export { ImageReader, frameLabel, type VerifyProgress, type VerifyResult } from './reader.js';
+export { ImageReader, frameLabel, type FrameSource, type VerifyProgress, type VerifyResult } from './reader.js';

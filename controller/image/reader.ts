@@ -50,6 +50,13 @@ export function frameLabel(frame: FrameRecord, index: number): string {
   return `frame ${index} (device ${frame.device}, address ${hex(frame.addr)}, ${frame.length} bytes)`;
 }
 
+/** A compressed frame's place in its image's data file. */
+export interface FrameSource {
+  path: string;
+  offset: number;
+  length: number;
+}
+
 export class ImageReader {
   private data: FileHandle | undefined;
 
@@ -106,7 +113,7 @@ export class ImageReader {
    * per frame, read on the main thread and handed over, was a copy and
    * garbage for every frame.
    */
-  frameSource(i: number): { path: string; offset: number; length: number } {
+  frameSource(i: number): FrameSource {
     const frame = this.manifest.data.frames[i];
     if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
     faultPoint('image-read');

@@ -26,7 +26,7 @@ export interface RollbackOptions {
   progress?: boolean;
   /** Codec workers started earlier (restoreStreamInto); the caller ends them. */
   codecs?: CodecPool;
-  /** Called once the image will not be read again (every frame in staging, or the restore over). */
+  /** Called once every frame is in staging, where the image is read no more (not called when staging cannot hold them all). */
   imageDone?: () => void;
 }
 
