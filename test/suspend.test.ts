@@ -75,11 +75,11 @@ describe('suspend and resume', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
-  it('GPUCKPT_LOG=debug traces every phase of suspend and resume as it ends; the default says nothing', async () => {
+  it('GPUCKPT_LOG=debug traces every phase of suspend and resume as it ends, stamped with the time of day and the seconds since the start; the default says nothing', async () => {
     const { app, ready } = await start();
     const s = cli(['suspend', String(app.pid)], { GPUCKPT_LOG: 'debug' });
     expect(s.code).toBe(0);
-    const phases = (text: string, what: string) => [...text.matchAll(new RegExp(`^gpuckpt\\[\\d+\\] ${what} \\d+: (\\w+) done in \\d+\\.\\d{3} s$`, 'gm'))].map((m) => m[1]);
+    const phases = (text: string, what: string) => [...text.matchAll(new RegExp(`^gpuckpt\\[\\d+\\] \\d\\d:\\d\\d:\\d\\d\\.\\d{3} \\+\\d+\\.\\d{3}s ${what} \\d+: (\\w+) done in \\d+\\.\\d{3} s$`, 'gm'))].map((m) => m[1]);
     expect(phases(s.stderr, 'suspend')).toEqual(expect.arrayContaining(['connect', 'checks', 'copy', 'release']));
     const r = cli(['resume', String(app.pid)], { GPUCKPT_LOG: 'debug' });
     expect(r.code).toBe(0);

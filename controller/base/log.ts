@@ -16,7 +16,14 @@ export function logEnabled(level: Level): boolean {
   return LEVELS.indexOf(level) <= wanted();
 }
 
-/** One line "gpuckpt[pid] component: text", as the shim writes its own. */
+/**
+ * One line "gpuckpt[pid] component: text", as the shim writes its own; at
+ * debug also the time of day (UTC, as the shim's debug lines, so the
+ * application's trace lines up) and "+S.SSSs", seconds since the command
+ * started: a trace shows where the time went.
+ */
 export function log(level: Level, component: string, text: string): void {
-  if (logEnabled(level)) process.stderr.write(`gpuckpt[${process.pid}] ${component}: ${text}\n`);
+  if (!logEnabled(level)) return;
+  const at = level === 'debug' ? ` ${new Date().toISOString().slice(11, 23)} +${(performance.now() / 1000).toFixed(3)}s` : '';
+  process.stderr.write(`gpuckpt[${process.pid}]${at} ${component}: ${text}\n`);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int level = GP_LOG_WARN;
@@ -30,7 +31,17 @@ void gp_log(enum gp_log_level l, const char *component, const char *fmt, ...)
     if (!gp_log_enabled(l))
         return;
     char line[1024];
-    int n = snprintf(line, sizeof(line), "gpuckpt[%d] %s: ", (int)getpid(), component);
+    /* At debug, the time of day to the millisecond, as the controller's
+     * debug lines have it: the two traces of one command line up. */
+    char at[40] = "";
+    if (l == GP_LOG_DEBUG) {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        snprintf(at, sizeof(at), " %02d:%02d:%02d.%03ld", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    }
+    int n = snprintf(line, sizeof(line), "gpuckpt[%d]%s %s: ", (int)getpid(), at, component);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof(line))

@@ -25,7 +25,10 @@
  * GiB for snapshots held in GPU memory and rolled back, beside the host
  * route; "0": none), BENCH_BAR (default 1: reads and writes through the
  * BAR mapping peek and poke use, against the DMA copies of checkpoints and
- * restores, 4 KiB to 1 GiB; needs the Vulkan loader).
+ * restores, 4 KiB to 1 GiB; needs the Vulkan loader), BENCH_IMAGE_ONLY
+ * (1: the pools and the PyTorch job are measured on whole-process images
+ * and the anchor's only), BENCH_TRACE (1: those commands' debug traces in
+ * $OUT/trace-*.log).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -104,6 +107,7 @@ export async function runBench(h) {
       const why = poolDoesNotFit(h, gib, gpus);
       if (why) throw new h.Skip(why);
       const metrics = await benchWorkload(h, runs, {
+        name,
         launch: () => h.launchViaFifo('pool_fill', [String(gib)]),
         readyMs: 600_000,
         verify: async (p, ready, what) => h.expectSame((await p.send('state', 'state')).buffers, ready.buffers, what),
@@ -167,10 +171,13 @@ export async function runBench(h) {
   }
 
   if (env.BENCH_TORCH !== '0') {
-    await h.test('bench/torch', async () => {
+    // Another job than the default one is a workload of its own (issue 26's: 166M parameters, 2 GiB).
+    const name = env.TORCH_PARAMS_M === '100' && env.TORCH_BUFFER_GIB === '8' ? 'torch' : `torch-${env.TORCH_PARAMS_M}m-${env.TORCH_BUFFER_GIB}g`;
+    await h.test(`bench/${name}`, async () => {
       const { py, script } = h.pythonJob('torch');
       const steps = Number(env.GPU_TEST_TORCH_STEPS ?? 6);
       const metrics = await benchWorkload(h, runs, {
+        name,
         launch: () => h.launchViaFifo(py, [script]),
         readyMs: 300_000,
         // Deterministic training: a restored job must take the next steps.
@@ -182,7 +189,7 @@ export async function runBench(h) {
         },
         gpuOnly: false,
       });
-      save('torch', `PyTorch training job (${env.TORCH_PARAMS_M}M parameters, AdamW, ${env.TORCH_BUFFER_GIB} GiB buffer)`, metrics);
+      save(name, `PyTorch training job (${env.TORCH_PARAMS_M}M parameters, AdamW, ${env.TORCH_BUFFER_GIB} GiB buffer)`, metrics);
       return summarize(metrics);
     });
   }
@@ -481,12 +488,18 @@ function poolDoesNotFit(h, gib, gpus) {
 
 /**
  * One process, `runs` rounds of: [gpu-only checkpoint + restore --into],
- * suspend + resume, migrate to GPU 1 and back (2 GPUs), whole-process
- * checkpoint + restore, and the anchor's whole-process checkpoint +
- * restore. Images are removed after each round (disk).
+ * suspend + resume, migrate to GPU 1 and back (2 GPUs), checkpoint
+ * --leave-running beside the anchor's (none of these with
+ * BENCH_IMAGE_ONLY=1), whole-process checkpoint + restore, and the
+ * anchor's whole-process checkpoint + restore. Images are removed after
+ * each round (disk). w.name names the traces.
  */
 async function benchWorkload(h, runs, w) {
+  // BENCH_TRACE=1: the application's shim traces too, kept beside the commands'.
+  const trace = process.env.BENCH_TRACE === '1' && process.env.OUT;
+  if (trace) process.env.GPUCKPT_LOG = 'debug';
   const p = w.launch();
+  if (trace) delete process.env.GPUCKPT_LOG;
   const m = {};
   const add = (k, v) => (m[k] ??= []).push(v);
   const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
@@ -507,95 +520,102 @@ async function benchWorkload(h, runs, w) {
     return (performance.now() - t) / 1000;
   };
   const twoGpus = h.gpuUuids().length >= 2;
+  const imageOnly = process.env.BENCH_IMAGE_ONLY === '1';
   try {
     const ready = await p.nextLine('ready', w.readyMs);
     const pid = ready.pid;
+    // The other verbs' checks ran the job a while before its first image; alone, it runs a while first too.
+    if (imageOnly) await w.verify(p, ready, 'before round 1');
     for (let i = 1; i <= runs; i++) {
       const round = `round ${i}`;
-      if (w.gpuOnly) {
-        const snap = path.join(p.dir, `gpu-${i}`);
-        const ck = await h.cliJson(['checkpoint', String(pid), '--gpu-only', '-o', snap, '--json'], 600_000);
-        add('gpu_only_pause_s', ck.pauseSeconds);
-        add('gpu_only_durable_s', ck.seconds);
-        add('gpu_only_image_bytes', du(snap));
-        add('raw_bytes', ck.rawBytes);
-        add('zero_bytes', ck.zeroBytes);
-        const rs = await h.cliJson(['restore', snap, '--into', String(pid), '--json'], 600_000);
-        add('restore_into_s', rs.seconds);
-        add('restore_into_pause_s', rs.pauseSeconds);
-        await w.verify(p, ready, `${round}: after restore --into`);
-        fs.rmSync(snap, { recursive: true, force: true });
-      }
+      // BENCH_IMAGE_ONLY=1: whole-process images and the anchor's only.
+      if (!imageOnly) {
+        if (w.gpuOnly) {
+          const snap = path.join(p.dir, `gpu-${i}`);
+          const ck = await h.cliJson(['checkpoint', String(pid), '--gpu-only', '-o', snap, '--json'], 600_000);
+          add('gpu_only_pause_s', ck.pauseSeconds);
+          add('gpu_only_durable_s', ck.seconds);
+          add('gpu_only_image_bytes', du(snap));
+          add('raw_bytes', ck.rawBytes);
+          add('zero_bytes', ck.zeroBytes);
+          const rs = await h.cliJson(['restore', snap, '--into', String(pid), '--json'], 600_000);
+          add('restore_into_s', rs.seconds);
+          add('restore_into_pause_s', rs.pauseSeconds);
+          await w.verify(p, ready, `${round}: after restore --into`);
+          fs.rmSync(snap, { recursive: true, force: true });
+        }
 
-      // The process's first suspend of the round: its host memory fresh
-      // from the kernel (a whole-process checkpoint, in the round before,
-      // dropped what an earlier suspend kept).
-      const sus = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
-      if (Object.keys(h.gpuMemoryOf(pid)).length) throw h.failure(`${round}: the suspended process still holds GPU memory`);
-      if (!sus.driverKept) throw h.failure(`${round}: suspend left no driver keeper`);
-      const r0 = performance.now();
-      const res = await h.cliJson(['resume', String(pid), '--json'], 600_000);
-      add('resume_command_s', (performance.now() - r0) / 1000);
-      await w.verify(p, ready, `${round}: after suspend + resume`);
-      add('suspend_gpu_free_s', sus.gpuFreeSeconds);
-      add('suspend_zero_bytes', sus.zeroBytes);
-      add('resume_s', res.seconds);
-      for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
-      for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
-      // Again, into the host memory the first one kept (spare_memory.h).
-      const again = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
-      await h.cliJson(['resume', String(pid), '--json'], 600_000);
-      await w.verify(p, ready, `${round}: after a second suspend + resume`);
-      add('suspend_again_gpu_free_s', again.gpuFreeSeconds);
-      for (const [k, v] of Object.entries(again.phases ?? {})) add(`suspend_again.${k}_s`, v);
-      // The resume without a driver keeper (native/keeper/driver_keeper.c), for comparison.
-      await h.cliJson(['suspend', String(pid), '--no-keep-driver', '--json'], 600_000);
-      const c0 = performance.now();
-      const cold = await h.cliJson(['resume', String(pid), '--json'], 600_000);
-      add('resume_command_no_keeper_s', (performance.now() - c0) / 1000);
-      add('resume_no_keeper_s', cold.seconds);
-      await w.verify(p, ready, `${round}: after suspend + resume without a driver keeper`);
-      for (const [k, v] of Object.entries(cold.phases ?? {})) add(`resume_no_keeper.${k}_s`, v);
-      if (twoGpus) {
-        // GPU to GPU (NVLink), then the same trip through host memory for comparison.
-        const there = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--json'], 600_000);
-        await w.verify(p, ready, `${round}: after migrate to GPU 1`);
-        if (there.route !== 'gpu' && h.nvlinked(0, 1)) throw h.failure(`${round}: migrate went through host memory: ${there.whyThroughHost}`);
-        const back = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--json'], 600_000);
-        await w.verify(p, ready, `${round}: after migrate back to GPU 0`);
-        add('migrate_downtime_s', there.downtimeSeconds);
-        add('migrate_back_downtime_s', back.downtimeSeconds);
-        for (const [k, v] of Object.entries(there.suspend.phases ?? {})) add(`migrate.suspend.${k}_s`, v);
-        for (const [k, v] of Object.entries(there.resume.phases ?? {})) add(`migrate.resume.${k}_s`, v);
-        const hostThere = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--via-host', '--json'], 600_000);
-        const hostBack = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--via-host', '--json'], 600_000);
-        await w.verify(p, ready, `${round}: after migrate to GPU 1 and back through host memory`);
-        add('migrate_via_host_downtime_s', hostThere.downtimeSeconds);
-        add('migrate_via_host_back_downtime_s', hostBack.downtimeSeconds);
-      }
+        // The process's first suspend of the round: its host memory fresh
+        // from the kernel (a whole-process checkpoint, in the round before,
+        // dropped what an earlier suspend kept).
+        const sus = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
+        if (Object.keys(h.gpuMemoryOf(pid)).length) throw h.failure(`${round}: the suspended process still holds GPU memory`);
+        if (!sus.driverKept) throw h.failure(`${round}: suspend left no driver keeper`);
+        const r0 = performance.now();
+        const res = await h.cliJson(['resume', String(pid), '--json'], 600_000);
+        add('resume_command_s', (performance.now() - r0) / 1000);
+        await w.verify(p, ready, `${round}: after suspend + resume`);
+        add('suspend_gpu_free_s', sus.gpuFreeSeconds);
+        add('suspend_zero_bytes', sus.zeroBytes);
+        add('resume_s', res.seconds);
+        for (const [k, v] of Object.entries(sus.phases ?? {})) add(`suspend.${k}_s`, v);
+        for (const [k, v] of Object.entries(res.phases ?? {})) add(`resume.${k}_s`, v);
+        // Again, into the host memory the first one kept (spare_memory.h).
+        const again = await h.cliJson(['suspend', String(pid), '--json'], 600_000);
+        await h.cliJson(['resume', String(pid), '--json'], 600_000);
+        await w.verify(p, ready, `${round}: after a second suspend + resume`);
+        add('suspend_again_gpu_free_s', again.gpuFreeSeconds);
+        for (const [k, v] of Object.entries(again.phases ?? {})) add(`suspend_again.${k}_s`, v);
+        // The resume without a driver keeper (native/keeper/driver_keeper.c), for comparison.
+        await h.cliJson(['suspend', String(pid), '--no-keep-driver', '--json'], 600_000);
+        const c0 = performance.now();
+        const cold = await h.cliJson(['resume', String(pid), '--json'], 600_000);
+        add('resume_command_no_keeper_s', (performance.now() - c0) / 1000);
+        add('resume_no_keeper_s', cold.seconds);
+        await w.verify(p, ready, `${round}: after suspend + resume without a driver keeper`);
+        for (const [k, v] of Object.entries(cold.phases ?? {})) add(`resume_no_keeper.${k}_s`, v);
+        if (twoGpus) {
+          // GPU to GPU (NVLink), then the same trip through host memory for comparison.
+          const there = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--json'], 600_000);
+          await w.verify(p, ready, `${round}: after migrate to GPU 1`);
+          if (there.route !== 'gpu' && h.nvlinked(0, 1)) throw h.failure(`${round}: migrate went through host memory: ${there.whyThroughHost}`);
+          const back = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--json'], 600_000);
+          await w.verify(p, ready, `${round}: after migrate back to GPU 0`);
+          add('migrate_downtime_s', there.downtimeSeconds);
+          add('migrate_back_downtime_s', back.downtimeSeconds);
+          for (const [k, v] of Object.entries(there.suspend.phases ?? {})) add(`migrate.suspend.${k}_s`, v);
+          for (const [k, v] of Object.entries(there.resume.phases ?? {})) add(`migrate.resume.${k}_s`, v);
+          const hostThere = await h.cliJson(['migrate', String(pid), '--to-device', '1', '--via-host', '--json'], 600_000);
+          const hostBack = await h.cliJson(['migrate', String(pid), '--to-device', '0', '--via-host', '--json'], 600_000);
+          await w.verify(p, ready, `${round}: after migrate to GPU 1 and back through host memory`);
+          add('migrate_via_host_downtime_s', hostThere.downtimeSeconds);
+          add('migrate_via_host_back_downtime_s', hostBack.downtimeSeconds);
+        }
 
-      // checkpoint --leave-running: how long the application stops, and
-      // when the image is durable; then the anchor's equivalent (driver
-      // checkpoint, criu dump --leave-running, driver restore).
-      const left = path.join(p.dir, `left-${i}`);
-      const lr = await h.cliJson(['checkpoint', String(pid), '-o', left, '--leave-running', '--json'], 600_000);
-      await w.verify(p, ready, `${round}: after checkpoint --leave-running`);
-      if (lr.route !== 'gpu') h.say(`# ${round}: checkpoint --leave-running went through host memory: ${lr.whyThroughHost}`);
-      add('leave_running_on_gpu', lr.route === 'gpu' ? 1 : 0);
-      add('leave_running_pause_s', lr.pauseSeconds);
-      add('leave_running_durable_s', lr.seconds);
-      add('leave_running_image_bytes', du(left));
-      for (const [k, v] of Object.entries(lr.phases ?? {})) add(`leave_running.${k}_s`, v);
-      fs.rmSync(left, { recursive: true, force: true });
-      const leftAnchor = path.join(p.dir, `left-anchor-${i}`);
-      fs.mkdirSync(leftAnchor);
-      const aPause = driver(pid, 'lock') + driver(pid, 'checkpoint') + criu(['dump', '-t', String(pid), '-D', leftAnchor, '-o', 'dump.log', '--leave-running']) + driver(pid, 'restore') + driver(pid, 'unlock');
-      add('anchor_leave_running_pause_s', aPause);
-      await w.verify(p, ready, `${round}: after the anchor's checkpoint --leave-running`);
-      fs.rmSync(leftAnchor, { recursive: true, force: true });
+        // checkpoint --leave-running: how long the application stops, and
+        // when the image is durable; then the anchor's equivalent (driver
+        // checkpoint, criu dump --leave-running, driver restore).
+        const left = path.join(p.dir, `left-${i}`);
+        const lr = await h.cliJson(['checkpoint', String(pid), '-o', left, '--leave-running', '--json'], 600_000);
+        await w.verify(p, ready, `${round}: after checkpoint --leave-running`);
+        if (lr.route !== 'gpu') h.say(`# ${round}: checkpoint --leave-running went through host memory: ${lr.whyThroughHost}`);
+        add('leave_running_on_gpu', lr.route === 'gpu' ? 1 : 0);
+        add('leave_running_pause_s', lr.pauseSeconds);
+        add('leave_running_durable_s', lr.seconds);
+        add('leave_running_image_bytes', du(left));
+        for (const [k, v] of Object.entries(lr.phases ?? {})) add(`leave_running.${k}_s`, v);
+        fs.rmSync(left, { recursive: true, force: true });
+        const leftAnchor = path.join(p.dir, `left-anchor-${i}`);
+        fs.mkdirSync(leftAnchor);
+        const aPause = driver(pid, 'lock') + driver(pid, 'checkpoint') + criu(['dump', '-t', String(pid), '-D', leftAnchor, '-o', 'dump.log', '--leave-running']) + driver(pid, 'restore') + driver(pid, 'unlock');
+        add('anchor_leave_running_pause_s', aPause);
+        await w.verify(p, ready, `${round}: after the anchor's checkpoint --leave-running`);
+        fs.rmSync(leftAnchor, { recursive: true, force: true });
+
+      }
 
       const img = path.join(p.dir, `proc-${i}`);
-      const ck = await h.cliJson(['checkpoint', String(pid), '-o', img, '--json'], 600_000);
+      const ck = await traced(h, ['checkpoint', String(pid), '-o', img, '--json'], `${w.name}-${i}-checkpoint`);
       await gone(pid);
       add('ckpt_s', ck.seconds);
       add('ckpt_gpu_free_s', ck.gpuFreeSeconds);
@@ -603,12 +623,18 @@ async function benchWorkload(h, runs, w) {
       add('ckpt.sync_s', ck.syncSeconds);
       add('image_bytes', du(img));
       add('image_criu_bytes', du(path.join(img, 'criu')));
-      const rs = await h.cliJson(['restore', img, '--detach', '--json'], 600_000);
+      // What the image holds: the pools' live bytes (raw) and CRIU's pages before compression.
+      add('pool_raw_bytes', ck.rawBytes);
+      if (ck.criuPages) add('criu_pages_raw_bytes', ck.criuPages.rawBytes);
+      for (const [k, v] of Object.entries(ck.phases ?? {})) add(`ckpt.${k}_s`, v);
+      const rs = await traced(h, ['restore', img, '--detach', '--json'], `${w.name}-${i}-restore`);
       add('restore_s', rs.seconds);
       add('restore.criu_s', rs.criuSeconds);
       add('restore.load_s', rs.loadSeconds);
       add('restore.cleanup_s', rs.cleanupSeconds);
       for (const [k, v] of Object.entries(rs.resume?.phases ?? {})) add(`restore.${k}_s`, v);
+      for (const [k, v] of Object.entries(rs.phases ?? {})) add(`restore.phase.${k}_s`, v);
+      if (rs.criuPages) add('restore.unpack_s', rs.criuPages.seconds);
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });
 
@@ -637,9 +663,23 @@ async function benchWorkload(h, runs, w) {
     }
     await p.send('quit', 'bye').catch(() => undefined);
   } finally {
+    if (trace && fs.existsSync(path.join(p.dir, 'out.err'))) fs.copyFileSync(path.join(p.dir, 'out.err'), path.join(trace, `trace-${w.name}-app.log`));
     p.close();
   }
   return medians(m);
+}
+
+/**
+ * h.cliJson, and with BENCH_TRACE=1 the command's debug trace (each line
+ * stamped with the seconds since it started) kept in $OUT/trace-<name>.log.
+ */
+async function traced(h, args, name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir) return h.cliJson(args, 600_000);
+  const r = await h.runCli(args, 600_000, { GPUCKPT_LOG: 'debug' });
+  fs.writeFileSync(path.join(dir, `trace-${name}.log`), r.stderr);
+  if (r.code !== 0) throw h.failure(`gpuckpt ${args.join(' ')}: ${h.describeExit(r)}: ${r.stderr.trimEnd().split('\n').at(-1)}`);
+  return JSON.parse(r.stdout);
 }
 
 function summarize(metrics) {

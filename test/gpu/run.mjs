@@ -1499,7 +1499,7 @@ async function main() {
   say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}; ${ONLY.length ? `tests ${ONLY.join(',')}` : `the ${SUITE} suite`}`);
   if (env.GPU_RUN_MODE === 'bench') {
     const { runBench } = await import('./bench.mjs');
-    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit, snapPath });
+    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, runCli, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit, snapPath });
     return;
   }
 
