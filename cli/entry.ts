@@ -6,5 +6,5 @@
  */
 import { warmDriverFor } from './driver-warmup.js';
 
-warmDriverFor(process.argv[2]);
+warmDriverFor(process.argv[2], process.argv.slice(3));
 await import('./main.js');

@@ -62,8 +62,8 @@ interface NativeModule {
     pairs?: { from: string; to: string }[],
   ): Promise<{ result: number; state?: number }>;
   listGpus(): { ordinal: number; name: string; uuid: string }[];
-  /** Loads and initialises the CUDA driver (cuInit) on a libuv thread; later driver calls wait for it. */
-  warmDriver(): void;
+  /** Loads and initialises the CUDA driver (cuInit) on a libuv thread, resolved when done; later driver calls wait for it. */
+  warmDriver(): Promise<void>;
   /** chunkSize bytes each on the GPU with that UUID, exported as POSIX fds (the caller's to close); rejects with cuResult set. */
   createPeerChunks(uuid: string, chunkSize: number, count: number): Promise<number[]>;
   /** The chunks behind fds (chunkBytes each, on the GPU with that UUID) mapped into this process: the route that served, or why each failed (bar_map.h). */

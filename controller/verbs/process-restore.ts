@@ -21,6 +21,7 @@ import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } 
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
 import { ImageReader } from '../image/index.js';
+import { native } from '../../native/index.js';
 
 export interface ProcessRestoreSummary {
   image: string;
@@ -77,6 +78,10 @@ export async function restoreProcess(
     scratch.catch(() => undefined); // awaited below, or cleaned up in finally
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
+    // The GPU checks call the driver: its start (cuInit, 0.3-0.5 s with no
+    // other process on the GPU, cli/driver-warmup.ts) is awaited off the
+    // event loop, which meanwhile feeds the unpacking.
+    await native().warmDriver();
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
     await waitPidsFree(info.tree!);

@@ -66,20 +66,29 @@ class CheckpointWorker : public Napi::AsyncWorker {
   int state_ = 0;
 };
 
-// driver() on the libuv pool; its result is not needed here.
+// driver() on the libuv pool; resolves once it is done (a second caller
+// waits there for the first), whether the driver loaded or not.
 class WarmWorker : public Napi::AsyncWorker {
  public:
-  explicit WarmWorker(Napi::Env env) : Napi::AsyncWorker(env, "gpuckpt.warmDriver") {}
+  explicit WarmWorker(Napi::Env env) : Napi::AsyncWorker(env, "gpuckpt.warmDriver"), deferred_(Napi::Promise::Deferred::New(env)) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
 
  protected:
   void Execute() override { driver(); }
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
 };
 
 }  // namespace
 
 Napi::Value WarmDriver(const Napi::CallbackInfo& info) {
-  (new WarmWorker(info.Env()))->Queue();
-  return info.Env().Undefined();
+  auto* w = new WarmWorker(info.Env());
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
 }
 
 Napi::Value DriverCheckpoint(const Napi::CallbackInfo& info) {
