@@ -5,14 +5,14 @@ CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror -Wno-unused-parameter
-BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include -Iprotocol
+BASE_CFLAGS := -std=gnu11 -pthread -fPIC $(WARN) -I$(CUDA_HOME)/include -Iprotocol -Inative/common
 SHIM_CFLAGS := $(BASE_CFLAGS) -fvisibility=hidden
 B := build
 
 # The shim's four parts (shim/README.md); shim/testing only in the test build.
 SHIM_SRC := $(wildcard shim/interpose/*.c shim/control/*.c shim/collective/*.c shim/pool/*.c)
 SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
-SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h)
+SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h) native/common/page_drop.h
 TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
 all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-snapshot-holder $(B)/gpuckpt-criu-compat.so $(B)/criu/gpuckpt_criu.so

@@ -65,6 +65,14 @@ export interface CheckpointOptions {
   onWriter?: (writer: ImageWriter, dir: string) => void;
   /** Take every byte of the pool, even what the framework holds unused (framework-free.ts). */
   wholePool?: boolean;
+  /**
+   * Given once the image is committed: the codec workers' end and the
+   * staging's release, for the caller to run when it suits it. Run after a
+   * suspended shim dropped its mapping, the memory is freed here (on
+   * libuv's threads, as the fds close), not in the application's munmap,
+   * which a checkpoint's CRIU dump waits for (0.87 s for 6 GB).
+   */
+  closeLater?: (close: () => Promise<void>) => void;
 }
 
 /** What the pause of a copy on the GPU took along: the shim's mirror (GPCK_PEER_MIRROR) maps the copy. */
@@ -152,6 +160,7 @@ export async function writePoolImage(
   let writer: ImageWriter | undefined;
   let codecs: CodecPool | undefined;
   let staging: StagingMemory | undefined;
+  let committed = false;
   try {
     // First: the workers boot (tens of ms) while the rest of setup runs,
     // not when staging is first mapped into them, inside the pause.
@@ -255,6 +264,7 @@ export async function writePoolImage(
       throw new GpuckptError('IMAGE_CHAIN_BROKEN', `${parent.record.path} was replaced while this checkpoint was made against it; no image written`);
     await writer.commit(manifest);
     clock.mark('commit');
+    committed = true;
     const total = (performance.now() - t0) / 1000;
     const raw = Number(run.rawBytes);
     // What the DMA moved in the pause: with --live, only what changed after the pre-copy.
@@ -293,10 +303,14 @@ export async function writePoolImage(
     await writer?.abort().catch(() => undefined);
     throw e;
   } finally {
-    await codecs?.close();
-    clock.mark('workers ended');
-    if (staging) await releaseStaging(staging);
-    clock.mark('staging released');
+    const close = async () => {
+      await codecs?.close();
+      clock.mark('workers ended');
+      if (staging) await releaseStaging(staging);
+      clock.mark('staging released');
+    };
+    if (committed && opts.closeLater) opts.closeLater(close);
+    else await close();
   }
 }
 

@@ -196,11 +196,19 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     const image = opts.to ? resolve(opts.to) : join(holdDir, 'image');
     let held = false;
     let written;
+    // The staging stays mapped here until the shim has let go of it (writePoolImage's closeLater).
+    let close: (() => Promise<void>) | undefined;
+    const closeStaging = async () => {
+      const c = close;
+      close = undefined;
+      if (c && opts.closeLater) opts.closeLater(c);
+      else await c?.();
+    };
     try {
       written = await writePoolImage(
         session,
         image,
-        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, prepareDuringCopy: true },
+        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, prepareDuringCopy: true, closeLater: (c) => (close = c) },
         async (staged: Staged) => {
           if (!staged.complete) return; // staging was reused: the image must be complete first
           held = true;
@@ -215,14 +223,18 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
       const back = await resumeProcess(pid).then(() => true, () => false);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its pool in memory (gpuckpt resume ${pid})`}`);
     }
-    writeGpuNeeds(image, needs);
-    if (held) {
-      await session.dropHeld(image);
-      rmSync(holdDir, { recursive: true, force: true });
-    } else {
-      await freeGpu(image, undefined, () => {
-        if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
-      });
+    try {
+      writeGpuNeeds(image, needs);
+      if (held) {
+        await session.dropHeld(image);
+        rmSync(holdDir, { recursive: true, force: true });
+      } else {
+        await freeGpu(image, undefined, () => {
+          if (!opts.to) rmSync(holdDir, { recursive: true, force: true });
+        });
+      }
+    } finally {
+      await closeStaging();
     }
     clock.mark('image');
     return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu, ...(written.framework ? { framework: written.framework } : {}) };

@@ -164,14 +164,17 @@ export async function checkpointProcess(
     throw e;
   });
   let suspended: SuspendSummary[];
+  // The pool images' codec pools end, and their staging is freed, while CRIU dumps (it is not the job's memory).
+  const closing: Promise<void>[] = [];
   try {
     await cut?.teardown();
     clock.mark('cut');
-    suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target });
+    suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target, closeLater: (c) => closing.push(c().catch(() => undefined)) });
     clock.mark('suspend');
     for (const m of suspended) if (m.framework) notes.push(`process ${m.pid}: ${describeFrameworkUse(m.framework)}`);
   } catch (e) {
     interrupts?.close();
+    await Promise.all(closing);
     const why = await cut?.recover();
     cut?.close();
     throw why ? new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; ${why}`) : e;
@@ -255,6 +258,7 @@ export async function checkpointProcess(
   } finally {
     interrupts?.close();
     await packer?.close();
+    await Promise.all(closing);
   }
   if (resumeFailure) throw resumeFailure;
   const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));

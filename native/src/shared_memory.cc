@@ -1,6 +1,7 @@
 #include "shared_memory.h"
 
 #include "js_values.h"
+#include "page_drop.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -59,41 +60,6 @@ int MapFileRange(const Napi::Array& fds, uint64_t file_bytes, uint64_t offset, u
   }
   *base = at_base;
   return 0;
-}
-
-// Drops the page table entries of [base, base+span) from several threads
-// before its munmap: munmap alone zapped a 16 GiB staging's 4 M entries on
-// one thread in 0.9-1.2 s; MADV_DONTNEED takes the mm's lock shared, so the
-// slices go at once. The memfds keep the data; the mapping stays valid.
-struct PageSlice {
-  uint8_t* at;
-  uint64_t bytes;
-};
-
-void* DropSlice(void* arg) {
-  auto* s = static_cast<PageSlice*>(arg);
-  madvise(s->at, s->bytes, MADV_DONTNEED);
-  return nullptr;
-}
-
-void DropPagesInParallel(uint8_t* base, uint64_t span) {
-  constexpr uint64_t kSlice = 256ULL << 20;  // smaller: not worth a thread
-  constexpr uint64_t kMaxThreads = 32;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  uint64_t threads = std::min<uint64_t>({span / kSlice, cpus > 1 ? static_cast<uint64_t>(cpus) : 1, kMaxThreads});
-  if (threads < 2) return;
-  uint64_t per = (span / threads + (2ULL << 20) - 1) / (2ULL << 20) * (2ULL << 20);
-  PageSlice slices[kMaxThreads + 1];
-  pthread_t ids[kMaxThreads + 1];
-  bool started[kMaxThreads + 1] = {};
-  uint64_t n = 0;
-  for (uint64_t at = 0; at < span && n <= kMaxThreads; at += per, n++) {
-    slices[n] = {base + at, std::min(per, span - at)};
-    started[n] = pthread_create(&ids[n], nullptr, DropSlice, &slices[n]) == 0;
-    if (!started[n]) DropSlice(&slices[n]);  // no thread to be had: this one does it
-  }
-  for (uint64_t i = 0; i < n; i++)
-    if (started[i]) pthread_join(ids[i], nullptr);
 }
 
 // Whole staging mapped once for every thread (mapShared): base -> bytes.
@@ -222,7 +188,7 @@ Napi::Value UnmapShared(const Napi::CallbackInfo& info) {
     ErrnoError(env, "unmapShared", EINVAL).ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  DropPagesInParallel(reinterpret_cast<uint8_t*>(address), span);
+  gp_drop_pages_parallel(reinterpret_cast<void*>(address), span);
   munmap(reinterpret_cast<void*>(address), span);
   return env.Undefined();
 }

@@ -307,9 +307,12 @@ static int handle_drop_held(struct gp_request *r)
         return -EINVAL;
     if (!held_data.base && !gp_peer_held_any())
         return -ENOENT;
+    uint64_t t0 = gp_now_ns(), bytes = held_data.size;
     gp_held_drop(&held_data);
     gp_peer_drop();
     memcpy(held_image, req->image, sizeof(held_image));
+    GP_DEBUG("control", "held data dropped: %llu MiB in %.3f s", (unsigned long long)(bytes >> 20),
+             (double)(gp_now_ns() - t0) / 1e9);
     return 0;
 }
 
