@@ -15,13 +15,21 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const dir = process.argv[2] ?? path.join(ROOT, 'docs', 'bench');
 const doc = process.argv[3] ?? path.join(ROOT, 'docs', 'BENCHMARKS.md');
 
-/** [label, gpuckpt metric, anchor metric, unit, target (per workload kind)] */
+/** Issue 26's job (166M parameters, 2 GiB buffer): 4x the anchor each way, half its image. */
+const ISSUE26 = 'torch-166m-2g';
+
+/**
+ * [label, gpuckpt metric, anchor metric, unit, target (per workload kind):
+ * a bound on the figure, or 'xN', at least N times the anchor's]
+ */
 const ROWS = [
-  ['checkpoint, whole process (process gone, image durable: fsynced)', 'ckpt_s', 'anchor_ckpt_durable_s', 's', { torch: 10 }],
+  ['checkpoint, whole process (process gone, image durable: fsynced)', 'ckpt_s', 'anchor_ckpt_durable_s', 's', { torch: 10, [ISSUE26]: 'x4' }],
   ["… the anchor's image as CRIU leaves it (in the page cache, not fsynced)", undefined, 'anchor_ckpt_s', 's', {}],
   ['… GPU free after', 'ckpt_gpu_free_s', 'anchor_gpu_free_s', 's', {}],
-  ['image on disk', 'image_bytes', 'anchor_image_bytes', 'GB', { torch: 12 }],
-  ['restore, whole process (CRIU + GPU)', 'restore_s', 'anchor_restore_s', 's', { torch: 4 }],
+  ['image on disk', 'image_bytes', 'anchor_image_bytes', 'GB', { torch: 12, [ISSUE26]: 'x2' }],
+  ["… the pools' allocations (raw)", 'pool_raw_bytes', undefined, 'GB', {}],
+  ["… CRIU's pages (raw; stored compressed)", 'criu_pages_raw_bytes', undefined, 'GB', {}],
+  ['restore, whole process (CRIU + GPU)', 'restore_s', 'anchor_restore_s', 's', { torch: 4, [ISSUE26]: 'x4' }],
   ['suspend: GPU free (anchor: driver lock + checkpoint)', 'suspend_gpu_free_s', 'anchor_gpu_free_s', 's', { 'pool-16g': 0.8 }],
   ['… suspend again: into the host memory the suspend before kept', 'suspend_again_gpu_free_s', undefined, 's', { 'pool-16g': 0.8 }],
   ['resume (anchor: driver restore + unlock)', 'resume_s', 'anchor_driver_restore_s', 's', { 'pool-16g': 0.8 }],
@@ -252,6 +260,12 @@ function heldTable(r) {
 }
 
 /** "what (medians, s): phase t, ..." for the metrics named prefix + phase, or '' when there are none. */
+/** An 'xN' target: the anchor's figure at least N times gpuckpt's. */
+function ratioMark(n, a, b) {
+  if (!b) return '';
+  return b.median / a.median >= n ? `≥ ${n}× the anchor: met` : `≥ ${n}× the anchor: **missed**`;
+}
+
 function phaseLine(r, prefix, what, note = '') {
   const list = Object.entries(r.metrics)
     .filter(([k]) => k.startsWith(prefix))
@@ -328,10 +342,11 @@ function table(name, r) {
     if (ours ? !a : !b) continue;
     const target = targets[kind];
     const ratio = a && b ? `${(b.median / a.median).toFixed(1)}×` : '—';
-    const mark = target === undefined || !a ? '' : a.median * (unit === 'GB' ? 1e-9 : 1) <= target ? ` ≤ ${target} ${unit}: met` : ` ≤ ${target} ${unit}: **missed**`;
+    const mark = !a || target === undefined ? '' : typeof target === 'string' ? ratioMark(Number(target.slice(1)), a, b) : a.median * (unit === 'GB' ? 1e-9 : 1) <= target ? ` ≤ ${target} ${unit}: met` : ` ≤ ${target} ${unit}: **missed**`;
     out.push(`| ${label} | ${a ? `**${num(a.median, unit)} ${unit}** (${all(a, unit)})` : '—'} | ${b ? `${num(b.median, unit)} ${unit} (${all(b, unit)})` : '—'} | ${ratio} | ${mark.trim() || '—'} |`);
   }
   const phases = [
+    phaseLine(r, 'ckpt_phase.', "Where a whole-process checkpoint's time goes, step by step (suspend: every pool image written and the GPU free)"),
     phaseLine(r, 'ckpt.', "Where a whole-process checkpoint's time goes after the GPU is free"),
     phaseLine(r, 'leave_running.', "Where checkpoint --leave-running's time goes (the application is paused from quiesce to reopen)"),
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
@@ -346,6 +361,7 @@ function table(name, r) {
       "Where a whole-process restore's time goes",
       ' `criu` counts from the start (image checks included); `load`, decompressing the pool image, runs meanwhile; `cleanup`, freeing the staging, comes after the application runs again and is not in the total.',
     ),
+    phaseLine(r, 'restore_phase.', "Where a whole-process restore's time goes, step by step (unpack: CRIU's pages, beyond the checks; load: the pools' decompression beyond CRIU's time)"),
   ].filter(Boolean);
   if (phases.length) out.push('', ...phases);
   out.push('');
@@ -365,6 +381,9 @@ const results = Object.fromEntries(files.map((f) => [f.replace(/\.json$/, ''), J
 
 /** [workload, label, gpuckpt metric, anchor metric (or the plain/native one to compare with), unit, what the second column is] */
 const HEADLINE = [
+  [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: checkpoint, image durable', 'ckpt_s', 'anchor_ckpt_durable_s', 's'],
+  [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: restore', 'restore_s', 'anchor_restore_s', 's'],
+  [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: image on disk', 'image_bytes', 'anchor_image_bytes', 'GB'],
   ['torch', 'PyTorch job: checkpoint, image durable', 'ckpt_s', 'anchor_ckpt_durable_s', 's'],
   ['torch', 'PyTorch job: restore', 'restore_s', 'anchor_restore_s', 's'],
   ['torch', 'PyTorch job: image on disk', 'image_bytes', 'anchor_image_bytes', 'GB'],

@@ -626,15 +626,15 @@ async function benchWorkload(h, runs, w) {
       // What the image holds: the pools' live bytes (raw) and CRIU's pages before compression.
       add('pool_raw_bytes', ck.rawBytes);
       if (ck.criuPages) add('criu_pages_raw_bytes', ck.criuPages.rawBytes);
-      for (const [k, v] of Object.entries(ck.phases ?? {})) add(`ckpt.${k}_s`, v);
+      for (const [k, v] of Object.entries(ck.phases ?? {})) add(`ckpt_phase.${k}_s`, v);
       const rs = await traced(h, ['restore', img, '--detach', '--json'], `${w.name}-${i}-restore`);
       add('restore_s', rs.seconds);
       add('restore.criu_s', rs.criuSeconds);
       add('restore.load_s', rs.loadSeconds);
       add('restore.cleanup_s', rs.cleanupSeconds);
       for (const [k, v] of Object.entries(rs.resume?.phases ?? {})) add(`restore.${k}_s`, v);
-      for (const [k, v] of Object.entries(rs.phases ?? {})) add(`restore.phase.${k}_s`, v);
-      if (rs.criuPages) add('restore.unpack_s', rs.criuPages.seconds);
+      for (const [k, v] of Object.entries(rs.phases ?? {})) add(`restore_phase.${k}_s`, v);
+      if (rs.criuPages) add('restore_criu_pages_unpack_s', rs.criuPages.seconds);
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });
 
