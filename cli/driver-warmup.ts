@@ -19,6 +19,7 @@ const COMMANDS = new Set(['resume', 'migrate', 'suspend', 'restore']);
 
 export function warmDriverFor(command: string | undefined, args: string[]): void {
   if (!command || !COMMANDS.has(command) || process.env.GPUCKPT_DRIVER_WARMUP === '0') return;
+  if (args.some((a) => a === '--help' || a === '-h')) return;
   if (command === 'restore' && args.some((a) => a === '--into' || a.startsWith('--into='))) return;
   try {
     native().warmDriver().catch(() => undefined);

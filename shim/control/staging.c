@@ -404,8 +404,8 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
 }
 
 /* Private memory is kept for the next suspend (spare_memory.h); shared
- * memory's page table goes from many threads (a checkpoint's CRIU dump
- * waits for the drop of the held staging: 0.8 s for 5 GB on one). */
+ * memory's page table entries go from many threads first: a checkpoint's
+ * CRIU dump waits for the drop of the held staging. */
 static void unmap_or_keep(uint8_t *base, uint64_t size, bool anon)
 {
     if (anon) {
