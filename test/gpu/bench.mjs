@@ -687,8 +687,8 @@ function summarize(metrics) {
   const r = (a, b) => (g(a) && g(b) ? (g(b) / g(a)).toFixed(1) : '?');
   return (
     `median checkpoint ${g('ckpt_s')} s vs anchor ${g('anchor_ckpt_s')?.toFixed(2)} s (x${r('ckpt_s', 'anchor_ckpt_s')}), ` +
-    `restore ${g('restore_s')} s vs ${g('anchor_restore_s')?.toFixed(2)} s (x${r('restore_s', 'anchor_restore_s')}), ` +
-    `suspend ${g('suspend_gpu_free_s')} s, resume ${g('resume_s')} s` +
+    `restore ${g('restore_s')} s vs ${g('anchor_restore_s')?.toFixed(2)} s (x${r('restore_s', 'anchor_restore_s')})` +
+    (g('suspend_gpu_free_s') !== undefined ? `, suspend ${g('suspend_gpu_free_s')} s, resume ${g('resume_s')} s` : '') +
     (g('migrate_downtime_s') !== undefined ? `, migrate ${g('migrate_downtime_s')} s` : '')
   );
 }
