@@ -163,6 +163,21 @@ describe('whole-process checkpoint', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
+  it('frees the staging only once the suspended shim has let go of it: the application never frees it, CRIU need not wait', async () => {
+    const { app } = await start();
+    const r = cli(['checkpoint', String(app.pid), '-o', box.path('freed-late')], { GPUCKPT_LOG: 'debug' });
+    // The fake CRIU only stops the process it dumped: ended here.
+    app.child.kill('SIGKILL');
+    while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((res) => setTimeout(res, 20));
+    expect(r.code).toBe(0);
+    const lines = r.stderr.split('\n');
+    const at = (what: string) => lines.findIndex((l) => l.includes(what));
+    // The suspend ends with the shim's drop (DROP_HELD); the controller's close comes after it.
+    expect(at(`suspend ${app.pid}: image done`)).toBeGreaterThanOrEqual(0);
+    expect(at(`pool image ${app.pid}: workers ended done`)).toBeGreaterThan(at(`suspend ${app.pid}: image done`));
+    expect(at(`pool image ${app.pid}: staging released done`)).toBeGreaterThan(at(`pool image ${app.pid}: workers ended done`));
+  });
+
   it("--leave-running whose CRIU files cannot be made durable: no image, the process carries on", async () => {
     const { app, ready } = await start();
     const out = box.path('unsynced');
