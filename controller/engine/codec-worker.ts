@@ -11,8 +11,7 @@ import { compressFrame, decompressFrame } from '../image/frame-codec.js';
 import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
 import { readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
-import { osErrorText } from '../image/os-error.js';
-import type { FrameSource } from '../image/index.js';
+import { readFrameSource } from '../image/reader.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
 
 /** Frames and digested ranges are at most this long (MAX_FRAME_LENGTH); a view is made per task. */
@@ -39,7 +38,7 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       // (a raw buffer per frame cost a fresh 16 MiB faulted in page by page,
       // and a copy). Byte planes go through the worker's raw buffer, put
       // back into elements on the way.
-      const compressed = readFrameBytes(task.src);
+      const compressed = readFrameSource(task.src, scratchOf(compressedScratch, task.src.length));
       if (task.planes) fromPlanes(decompressFrame(compressed, task.length, task.what, scratch(task.length)), task.planes, stagingView(task.offset, task.length));
       else decompressFrame(compressed, task.length, task.what, stagingView(task.offset, task.length));
       return { reply: { id: task.id }, transfer: [] };
@@ -125,16 +124,6 @@ function scratchOf(s: { buffer: Uint8Array }, length: number): Uint8Array {
   return s.buffer.subarray(0, length);
 }
 const scratch = (length: number) => scratchOf(rawScratch, length);
-
-/** A frame's compressed bytes, into the worker's buffer; a failed read says which image file. */
-function readFrameBytes(src: FrameSource): Uint8Array {
-  try {
-    return readRange(src.path, src.offset, src.length, scratchOf(compressedScratch, src.length));
-  } catch (e) {
-    if (e instanceof GpuckptError) throw e;
-    throw new GpuckptError('IMAGE_READ_FAILED', `cannot read image ${src.path}: ${osErrorText(e)}`, { cause: e });
-  }
-}
 
 function stagingView(offset: number, length: number): Uint8Array {
   if (!staging) throw new GpuckptError('INTERNAL', 'codec worker has no staging memory');

@@ -198,12 +198,6 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     let written;
     // The staging stays mapped here until the shim has let go of it (writePoolImage's closeLater).
     let close: (() => Promise<void>) | undefined;
-    const closeStaging = async () => {
-      const c = close;
-      close = undefined;
-      if (c && opts.closeLater) opts.closeLater(c);
-      else await c?.();
-    };
     try {
       written = await writePoolImage(
         session,
@@ -234,7 +228,8 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
         });
       }
     } finally {
-      await closeStaging();
+      if (close && opts.closeLater) opts.closeLater(close);
+      else await close?.();
     }
     clock.mark('image');
     return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu, ...(written.framework ? { framework: written.framework } : {}) };

@@ -28,6 +28,7 @@ import { decompressFrame } from './frame-codec.js';
 import { fromPlanes } from './byte-planes.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
 import { decodeManifest } from './manifest.js';
+import { readRange } from './file-range.js';
 import type { FrameRecord, Manifest } from './manifest-types.js';
 import { osErrorText } from './os-error.js';
 import { faultPoint } from '../base/faults.js';
@@ -57,6 +58,18 @@ export interface FrameSource {
   length: number;
 }
 
+/**
+ * src's compressed bytes, read whole into `into` (a codec worker's own
+ * buffer): IMAGE_READ_FAILED naming the file, or IMAGE_TRUNCATED.
+ */
+export function readFrameSource(src: FrameSource, into: Uint8Array): Uint8Array {
+  try {
+    return readRange(src.path, src.offset, src.length, into);
+  } catch (e) {
+    throw readFailed(src.path, e);
+  }
+}
+
 export class ImageReader {
   private data: FileHandle | undefined;
 
@@ -82,19 +95,24 @@ export class ImageReader {
     return this.manifest.data.frames.length;
   }
 
-  /** The compressed bytes of frame `i` (one zstd frame; see frame-codec.ts). */
-  async readFrame(i: number): Promise<Buffer> {
+  /** Frame `i`'s record (RangeError outside the image's frames). */
+  private frameAt(i: number): FrameRecord {
     const frame = this.manifest.data.frames[i];
     if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
-    faultPoint('image-read');
+    return frame;
+  }
+
+  /** The compressed bytes of frame `i` (one zstd frame; see frame-codec.ts). */
+  async readFrame(i: number): Promise<Buffer> {
+    const frame = this.frameAt(i);
+    const { path: dataPath, offset } = this.frameSource(i);
     const fh = this.handle();
     const buf = Buffer.allocUnsafe(frame.compressedLength);
-    const dataPath = join(this.path, DATA_FILE);
     let done = 0;
     while (done < buf.length) {
       let bytesRead: number;
       try {
-        ({ bytesRead } = await fh.read(buf, done, buf.length - done, Number(frame.offset) + done));
+        ({ bytesRead } = await fh.read(buf, done, buf.length - done, offset + done));
       } catch (e) {
         throw readFailed(dataPath, e);
       }
@@ -114,16 +132,14 @@ export class ImageReader {
    * garbage for every frame.
    */
   frameSource(i: number): FrameSource {
-    const frame = this.manifest.data.frames[i];
-    if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
+    const frame = this.frameAt(i);
     faultPoint('image-read');
     return { path: join(this.path, DATA_FILE), offset: Number(frame.offset), length: frame.compressedLength };
   }
 
   /** The raw device bytes of frame `i`, checksum-verified (IMAGE_DATA_CORRUPT if damaged). */
   async readFrameData(i: number): Promise<Buffer> {
-    const frame = this.manifest.data.frames[i];
-    if (frame === undefined) throw new RangeError(`frame index ${i} out of range 0..${this.frameCount - 1}`);
+    const frame = this.frameAt(i);
     const data = decompressFrame(await this.readFrame(i), frame.length, `${this.path}: ${frameLabel(frame, i)}`);
     if (!frame.planes) return data;
     const out = Buffer.allocUnsafe(data.length);

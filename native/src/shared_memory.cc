@@ -4,7 +4,6 @@
 #include "page_drop.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

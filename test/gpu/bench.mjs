@@ -676,10 +676,7 @@ async function benchWorkload(h, runs, w) {
 async function traced(h, args, name) {
   const dir = process.env.OUT;
   if (process.env.BENCH_TRACE !== '1' || !dir) return h.cliJson(args, 600_000);
-  const r = await h.runCli(args, 600_000, { GPUCKPT_LOG: 'debug' });
-  fs.writeFileSync(path.join(dir, `trace-${name}.log`), r.stderr);
-  if (r.code !== 0) throw h.failure(`gpuckpt ${args.join(' ')}: ${h.describeExit(r)}: ${r.stderr.trimEnd().split('\n').at(-1)}`);
-  return JSON.parse(r.stdout);
+  return h.cliJson(args, 600_000, { GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
 }
 
 function summarize(metrics) {

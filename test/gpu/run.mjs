@@ -352,8 +352,10 @@ function runCli(args, ms, extraEnv = {}) {
 const tail = (s, n = 12) => s.trimEnd().split('\n').filter(Boolean).slice(-n).map((l) => '  ' + l);
 
 /** Runs the CLI with --json; exit 0 and one JSON value on stdout, or throws. */
-async function cliJson(args, ms = 60_000, extraEnv = {}) {
+/** stderrTo: a file the command's stderr is kept in, whatever its end (a trace at GPUCKPT_LOG=debug). */
+async function cliJson(args, ms = 60_000, extraEnv = {}, { stderrTo } = {}) {
   const r = await runCli(args, ms, extraEnv);
+  if (stderrTo) fs.writeFileSync(stderrTo, r.stderr);
   const what = `gpuckpt ${args.join(' ')}`;
   if (r.code !== 0) {
     const lines = r.stderr.trimEnd().split('\n').filter(Boolean);
@@ -1499,7 +1501,7 @@ async function main() {
   say(`# programs from ${BIN_DIR}, CLI ${GPUCKPT}, images in ${tmpRoot}; ${ONLY.length ? `tests ${ONLY.join(',')}` : `the ${SUITE} suite`}`);
   if (env.GPU_RUN_MODE === 'bench') {
     const { runBench } = await import('./bench.mjs');
-    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, runCli, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit, snapPath });
+    await runBench({ ROOT, BIN_DIR, tmpRoot, App, test, Skip, failure, say, sleep, cliJson, launchViaFifo, expectSame, gpuMemoryOf, gpuUuids, gpuInfo, nvlinked, pythonJob, describeExit, snapPath });
     return;
   }
 
