@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
+import { defaultHoldDir } from '../controller/engine/suspend.js';
 import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, ROOT } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
@@ -172,9 +173,11 @@ describe('whole-process checkpoint', () => {
     expect(r.code).toBe(0);
     const lines = r.stderr.split('\n');
     const at = (what: string) => lines.findIndex((l) => l.includes(what));
-    // The suspend ends with the shim's drop (DROP_HELD); the controller's close comes after it.
-    expect(at(`suspend ${app.pid}: image done`)).toBeGreaterThanOrEqual(0);
-    expect(at(`pool image ${app.pid}: workers ended done`)).toBeGreaterThan(at(`suspend ${app.pid}: image done`));
+    // The suspend returns once the holder keeps the staging and the shim has dropped it (DROP_HELD);
+    // the pool image is finished while CRIU dumps, and the controller's close comes after it.
+    expect(at(`suspend ${app.pid}: hand-off done`)).toBeGreaterThanOrEqual(0);
+    expect(at(`checkpoint: dump done`)).toBeGreaterThan(at(`suspend ${app.pid}: hand-off done`));
+    expect(at(`pool image ${app.pid}: workers ended done`)).toBeGreaterThan(at(`suspend ${app.pid}: hand-off done`));
     expect(at(`pool image ${app.pid}: staging released done`)).toBeGreaterThan(at(`pool image ${app.pid}: workers ended done`));
   });
 
@@ -196,6 +199,19 @@ describe('whole-process checkpoint', () => {
     expect(r.stderr).toMatch(new RegExp(`^gpuckpt: cannot make CRIU's files durable: injected fault at criu-sync .*; process ${app.pid} resumed\n$`));
     // The gate said no: the fake CRIU, which stands for CRIU's end of the tree by a SIGSTOP, did not stop it.
     await expectNoImageStillRunning(app, ready, out);
+  });
+
+  it("a pool image failing while CRIU dumps: CRIU has not ended the process, which resumes from the holder's copy with its data; no image", async () => {
+    const { app, ready } = await start();
+    const out = box.path('pool-unwritten');
+    const r = cli(['checkpoint', String(app.pid), '-o', out], { GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug' });
+    expect(r.code).toBe(1);
+    // The image failed after the suspend had handed the staging over and returned: CRIU was dumping.
+    expect(r.stderr).toMatch(new RegExp(`suspend ${app.pid}: hand-off done`));
+    expect(r.stderr.split('\n').filter((l) => l.startsWith('gpuckpt: '))).toEqual([expect.stringMatching(new RegExp(`^gpuckpt: injected fault at image-write \\(GPUCKPT_TEST_FAULT\\).*; process ${app.pid} resumed$`))]);
+    await expectNoImageStillRunning(app, ready, out);
+    // What described the holder's copy went with the resume.
+    expect(existsSync(defaultHoldDir(app.pid))).toBe(false);
   });
 
   it('the controller killed while CRIU waits at its gate: the process runs on, held, and resume brings it back with its data', async () => {

@@ -37,8 +37,12 @@ export interface HeldLayout {
   groups: Placed[][];
   /** Held on GPUs instead (peer-hold.ts): the GPU each ordinal's data lies on; groups is empty. */
   gpus?: string[];
-  /** That memory kept by the snapshot holder, not the shim: its snapshot id (gpu-snapshot.ts). */
+  /** That memory kept by the snapshot holder, not the shim: its snapshot id (gpu-snapshot.ts, or files below). */
   holder?: string;
+  /** Kept by the holder in host memory (a checkpoint's suspend, kept-copy.ts): the staging's memfds, as they lay end to end. */
+  files?: { size: number; fileBytes: number };
+  /** The working directories of a checkpoint this data was going into (its pool image's, CRIU's): half made if the resume comes first. */
+  halfMade?: string[];
 }
 
 export interface StagedPool {
@@ -129,11 +133,16 @@ export function placeHeld(ranges: AllocationRecord[]): { groups: Placed[][]; end
   return { groups, end, bytes };
 }
 
-/** Zeros, then DMA of the held data back into the (remapped) pool; the caller holds the process.
- * Returns the seconds spent in copies. */
-export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock, progress?: Progress): Promise<number> {
-  const staging = await session.mapStaging(0, 'held');
-  clock?.mark('pin');
+/**
+ * Zeros, then DMA of the held data back into the (remapped) pool; the
+ * caller holds the process. The data is the shim's held staging, or kept:
+ * the same memory taken back from the snapshot holder (the caller's to
+ * close), given to the shim. Returns the seconds spent in copies.
+ */
+export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock, progress?: Progress, kept?: StagingMemory): Promise<number> {
+  const staging = kept ? undefined : await session.mapStaging(0, 'held');
+  if (kept) await session.giveStaging(kept, true);
+  clock?.mark(kept ? 'given' : 'pin');
   try {
     await session.fillZeros(layout.zeroFills, layout.groups.length === 0);
     if (layout.zeroFills.length) clock?.mark('zeros');
@@ -148,7 +157,7 @@ export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock
     clock?.mark('copy');
     return (performance.now() - c0) / 1000;
   } finally {
-    closeStaging(staging);
+    if (staging) closeStaging(staging);
   }
 }
 
@@ -182,6 +191,8 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
       groups: (Omit<Placed, 'addr'> & { addr: string })[][];
       gpus?: string[];
       holder?: string;
+      files?: { size: number; fileBytes: number };
+      halfMade?: string[];
     };
     return {
       rawBytes: raw.rawBytes,
@@ -191,6 +202,8 @@ export function readHeldLayout(dir: string): HeldLayout | undefined {
       groups: raw.groups.map((g) => g.map((p) => ({ ...p, addr: BigInt(`0x${p.addr}`) }))),
       gpus: raw.gpus,
       ...(raw.holder ? { holder: raw.holder } : {}),
+      ...(raw.files ? { files: raw.files } : {}),
+      ...(raw.halfMade ? { halfMade: raw.halfMade } : {}),
     };
   } catch (e) {
     throw new GpuckptError('INTERNAL', `the held data's layout at ${join(dir, LAYOUT_FILE)} is unreadable: ${(e as Error).message}`);

@@ -8,7 +8,7 @@ import { freemem } from 'node:os';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import type { CheckpointOptions } from './pool-image.js';
-import { resumeProcess, suspendProcess, type SuspendSummary } from './suspend.js';
+import { resumeProcess, suspendProcess, type HandOff, type SuspendSummary } from './suspend.js';
 
 /** Where a job's image keeps the pool images of its members after the first. */
 export const MEMBERS_DIR = 'members';
@@ -34,15 +34,28 @@ export function stagingShare(limit: bigint | undefined, n: number): { stagingLim
  * all at once. If one fails, those that were suspended are resumed and the
  * first failure is thrown: the job runs on as it was.
  */
-export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean }): Promise<SuspendSummary[]> {
+export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean; handOff?: HandOff }): Promise<SuspendSummary[]> {
   const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...stagingShare(opts.stagingLimit, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (!failed) return results.map((r) => (r as PromiseFulfilledResult<SuspendSummary>).value);
+  const done = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  if (!failed) return done;
   const suspended = new Map([...images].filter((_, i) => results[i]!.status === 'fulfilled'));
-  const stays = await resumeAfterFailure(suspended);
+  const stays = await resumeAfterFailure(await heldOrImages(done, suspended));
   for (const [m, image] of suspended) if (!stays.has(m) && image) rmSync(image, { recursive: true, force: true });
   const e = failed.reason as Error;
   throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', [e.message, ...stays.values()].join('; '));
+}
+
+/**
+ * Where each member is resumed from after a failure: its image, or, for
+ * one whose image was still being written (a suspend's handOff), where
+ * its suspend held it (the snapshot holder's copy). Waits for those images
+ * to end first: their writers must not outlive their directories.
+ */
+export async function heldOrImages(suspended: SuspendSummary[], images: Map<number, string | undefined>): Promise<Map<number, string | undefined>> {
+  await Promise.allSettled(suspended.map((s) => s.pending));
+  const handedOff = new Set(suspended.filter((s) => s.pending).map((s) => s.pid));
+  return new Map([...images].map(([m, image]) => [m, handedOff.has(m) ? undefined : image]));
 }
 
 /**

@@ -138,6 +138,8 @@ export interface Staged {
   /** Set to zero before the groups go back: the all-zero blocks, which staging does not hold. */
   zeroFills: AllocationRecord[];
   zeroBytes: number;
+  /** The memory the groups lie in (this process's fds of the shim's memfds). */
+  staging: StagingMemory;
 }
 
 /**
@@ -456,7 +458,7 @@ async function copyAndCompress(
       // With a parent, staging holds only the changes: never the pool.
       // A live copy's groups hold every byte, zeros too.
       const left = live ? { bytes: 0, fills: [] } : zeros;
-      await release({ complete: !ringMode && !parent, groups, zeroFills: left.fills, zeroBytes: left.bytes });
+      await release({ complete: !ringMode && !parent, groups, zeroFills: left.fills, zeroBytes: left.bytes, staging });
       pauseClock.mark('release');
     } catch (e) {
       firstFailure ??= e;

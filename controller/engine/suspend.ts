@@ -18,24 +18,25 @@
  * A migrate (migrate.ts) is a suspend onto another GPU and a resume there.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
-import { writePoolImage, type CheckpointOptions, type Staged } from './pool-image.js';
+import { basename, dirname, join, resolve } from 'node:path';
+import { writePoolImage, type CheckpointOptions, type CheckpointSummary, type Staged } from './pool-image.js';
 import { driverFreeze, driverState, driverThaw, type GpuPair } from '../adapters/driver-checkpoint.js';
 import { endDriverKeeper, startDriverKeeper } from '../adapters/driver-keeper.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
+import { log } from '../base/log.js';
 import { loadDigestKernels } from './block-digests.js';
 import type { FrameworkUse } from './framework-free.js';
-import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds } from './gpu-room.js';
+import { checkGpuRoom, measureGpuNeeds, readGpuNeeds, writeGpuNeeds, type GpuNeed } from './gpu-room.js';
 import { copyHeldIn, describeHeld, mapHeldStaging, readHeldLayout, stagePool, type HeldLayout } from './held-memory.js';
-import { adoptKept, dropKept } from './kept-copy.js';
-import { ImageReader, MANIFEST_FILE, publishedPath, tempDirOwner } from '../image/index.js';
+import { adoptKept, dropKept, keepStaging, takeKeptStaging } from './kept-copy.js';
+import { ImageReader, MANIFEST_FILE, publishedPath, removeStaleTempDirs, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { Progress } from '../base/progress.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { holdBaseDir } from '../adapters/run-dir.js';
-import { ShimSession } from '../adapters/session.js';
+import { closeStaging, ShimSession, type StagingMemory } from '../adapters/session.js';
 import { formatBytes, round } from '../base/units.js';
 import { native, PoolState } from '../../native/index.js';
 
@@ -72,7 +73,16 @@ export interface SuspendSummary {
   phases: Phases;
   /** A driver keeper holds the CUDA driver initialised for the resume (driver-keeper.ts). */
   driverKept: boolean;
+  /**
+   * handOff: the image still being written, the data kept by the snapshot
+   * holder meanwhile (and described in the hold directory): this summary
+   * again once it is complete. Its failure leaves the process suspended.
+   */
+  pending?: Promise<SuspendSummary>;
 }
+
+/** A suspend's figures, before the driver keeper's answer. */
+type Suspended = Omit<SuspendSummary, 'driverKept' | 'pending'>;
 
 export interface ResumeSummary {
   pid: number;
@@ -94,27 +104,37 @@ export function defaultHoldDir(pid: number): string {
   return join(holdBaseDir(), `suspended-${pid}`);
 }
 
-type SuspendOptions = CheckpointOptions & { to?: string; onto?: string; viaHost?: boolean; keepDriver?: boolean };
+type SuspendOptions = CheckpointOptions & { to?: string; onto?: string; viaHost?: boolean; keepDriver?: boolean; handOff?: HandOff };
+
+/** A checkpoint's other working directories, which a resume from the holder's copy removes with the image's (half made then). */
+export interface HandOff {
+  halfMade: string[];
+}
 
 /**
  * to: write an image there. onto (a migrate): the GPU the process will be
  * resumed on, checked for room before anything moves; the pool goes there
  * GPU to GPU unless viaHost. keepDriver: leave a driver keeper running for
  * the resume, started now, while the application still holds the driver.
+ * handOff (with to; a whole-process checkpoint): once the GPU is free, the
+ * staging goes to the snapshot holder, the shim lets go of it, and the
+ * suspend returns while the image is written: pending is its end.
  */
 export async function suspendProcess(pid: number, opts: SuspendOptions = {}): Promise<SuspendSummary> {
   const keeper = opts.keepDriver ? startDriverKeeper(pid) : undefined;
-  let suspended: Omit<SuspendSummary, 'driverKept'>;
+  let suspended: Suspended & { pending?: Promise<Suspended> };
   try {
     suspended = await suspendHolding(pid, opts);
   } catch (e) {
     keeper?.end();
     throw e;
   }
-  return { ...suspended, driverKept: keeper ? await keeper.keep() : false };
+  const { pending, ...now } = suspended;
+  const driverKept = keeper ? await keeper.keep() : false;
+  return { ...now, driverKept, ...(pending ? { pending: pending.then((s) => ({ ...s, driverKept })) } : {}) };
 }
 
-async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<SuspendSummary, 'driverKept'>> {
+async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspended & { pending?: Promise<Suspended> }> {
   const t0 = performance.now();
   const clock = new PhaseClock(`suspend ${pid}`);
   const holdDir = defaultHoldDir(pid);
@@ -195,21 +215,46 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
     // cannot hold the raw pool at once.
     const image = opts.to ? resolve(opts.to) : join(holdDir, 'image');
     let held = false;
-    let written;
     // The staging stays mapped here until the shim has let go of it (writePoolImage's closeLater).
     let close: (() => Promise<void>) | undefined;
+    const closeNowOrLater = async () => {
+      if (close && opts.closeLater) opts.closeLater(close);
+      else await close?.();
+    };
+    // handOff: true once the holder keeps the staging and the shim has let go of it.
+    let handedOff: ((kept: boolean) => void) | undefined;
+    const handed = opts.handOff ? new Promise<boolean>((r) => (handedOff = r)) : undefined;
+    const writing = writePoolImage(
+      session,
+      image,
+      { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, prepareDuringCopy: true, closeLater: (c) => (close = c) },
+      async (staged: Staged) => {
+        if (!staged.complete) return; // staging was reused: the image must be complete first
+        held = true;
+        const heldBytes = staged.groups.flat().reduce((s, p) => s + p.length, 0);
+        const layout = { rawBytes: heldBytes + staged.zeroBytes, heldBytes, zeroFills: staged.zeroFills, devices: uuids, groups: staged.groups };
+        await releaseHeld(layout);
+        handedOff?.(await handOver(session, holdDir, { ...layout, halfMade: [image, ...opts.handOff!.halfMade] }, staged.staging, needs));
+      },
+    );
+    const imageDone = (written: CheckpointSummary) => {
+      clock.mark('image');
+      return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu, ...(written.framework ? { framework: written.framework } : {}) };
+    };
+    let written;
     try {
-      written = await writePoolImage(
-        session,
-        image,
-        { ...opts, force: opts.to ? opts.force : true, leaseMs: opts.leaseMs ?? SUSPEND_LEASE_MS, prepareDuringCopy: true, closeLater: (c) => (close = c) },
-        async (staged: Staged) => {
-          if (!staged.complete) return; // staging was reused: the image must be complete first
-          held = true;
-          const heldBytes = staged.groups.flat().reduce((s, p) => s + p.length, 0);
-          await releaseHeld({ rawBytes: heldBytes + staged.zeroBytes, heldBytes, zeroFills: staged.zeroFills, devices: uuids, groups: staged.groups });
-        },
-      );
+      if (handed && (await Promise.race([handed, writing.then(() => false)]))) {
+        // The rest of the image is written while the caller goes on (CRIU
+        // dumps), without this session: the process must not be connected.
+        clock.mark('hand-off');
+        const pending = writing.then(async (w) => {
+          writeGpuNeeds(image, needs);
+          await closeNowOrLater();
+          return imageDone(w);
+        });
+        return { ...summary(pid, image, 'image', { rawBytes: 0, zeroBytes: 0 }, 0, 0, t0, times, clock), whyNotOnGpu, pending };
+      }
+      written = await writing;
     } catch (e) {
       if (!held || !times.gpuFree) throw e;
       // Suspended with the data in memory, but no image: resume rather than
@@ -228,13 +273,30 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Omit<S
         });
       }
     } finally {
-      if (close && opts.closeLater) opts.closeLater(close);
-      else await close?.();
+      await closeNowOrLater();
     }
-    clock.mark('image');
-    return { ...summary(pid, image, 'image', { rawBytes: written.poolBytes, zeroBytes: written.zeroBytes }, written.storedBytes, written.copyGBps, t0, times, clock), whyNotOnGpu, ...(written.framework ? { framework: written.framework } : {}) };
+    return imageDone(written);
   } finally {
     session.close();
+  }
+}
+
+/**
+ * The held staging handed to the snapshot holder, described at holdDir
+ * for a resume, and let go by the shim: true. false (the shim keeps it)
+ * when either step fails.
+ */
+async function handOver(session: ShimSession, holdDir: string, layout: HeldLayout, staging: StagingMemory, needs: GpuNeed[]): Promise<boolean> {
+  const id = await keepStaging(session.pid, staging, holdDir, layout, needs);
+  if (!id) return false;
+  try {
+    await session.dropHeld(holdDir);
+    return true;
+  } catch (e) {
+    log('warn', 'checkpoint', `process ${session.pid} kept its pool's staging (${(e as Error).message}): its pool image is written first`);
+    describeHeld(holdDir, { ...layout, halfMade: undefined }, needs);
+    await dropKept(session.pid, id);
+    return false;
   }
 }
 
@@ -248,7 +310,7 @@ function summary(
   t0: number,
   times: { released: number; gpuFree: number; paused: number },
   clock: PhaseClock,
-): Omit<SuspendSummary, 'driverKept'> {
+): Suspended {
   return {
     pid,
     image,
@@ -317,6 +379,7 @@ export async function resumeProcess(
   // Opened here and closed here; a loader (and its reader) the caller gave stays the caller's.
   let reader: ImageReader | undefined;
   let loader: PoolLoader | undefined;
+  let kept: StagingMemory | undefined;
   try {
     const status = await session.status();
     if (status.poolState !== PoolState.SUSPENDED) throw new GpuckptError('NOT_SUSPENDED', `process ${pid} is not suspended`);
@@ -336,8 +399,11 @@ export async function resumeProcess(
     const pairs = target ? gpuPairs(current, target.uuid) : undefined;
     const needs = readGpuNeeds(where);
     checkGpuRoom(pid, layout?.gpus ? besidesHeld(needs, layout.gpus, current, pairs) : needs, current, pairs, `process ${pid} stays suspended; resume it with --device on another GPU`);
-    // Its copy on the GPU kept by the snapshot holder (its checkpoint's controller died): back to the shim first.
-    if (layout?.holder) await adoptKept(session, pid, layout.holder, layout.gpus ?? []);
+    // Kept by the snapshot holder (its checkpoint's controller died, or its
+    // dump failed): a copy on the GPU goes back to the shim first; staging
+    // in host memory is taken back now and given once the pool is mapped.
+    if (layout?.holder && !layout.files) await adoptKept(session, pid, layout.holder, layout.gpus ?? []);
+    if (layout?.holder && layout.files) kept = await takeKeptStaging(pid, layout.holder, layout.files);
     clock.mark('checks');
 
     try {
@@ -372,7 +438,7 @@ export async function resumeProcess(
     if (layout?.gpus) {
       copySeconds = Infinity; // mapped where it was held, or copied there by the remap
     } else if (layout) {
-      copySeconds = await copyHeldIn(session, layout, clock, new Progress(opts.progress));
+      copySeconds = await copyHeldIn(session, layout, clock, new Progress(opts.progress), kept);
     } else {
       const using = opts.loader ?? (loader = await PoolLoader.open(imageReader!, opts));
       await using.attach(session);
@@ -389,6 +455,12 @@ export async function resumeProcess(
     if (layout || (!opts.keepImage && where === join(defaultHoldDir(pid), 'image'))) rmSync(defaultHoldDir(pid), { recursive: true, force: true });
     // Held in a checkpoint's working directory (its controller died while CRIU dumped): half an image, not to be kept.
     if (!opts.keepImage && tempDirOwner(basename(where)) === pid) rmSync(where, { recursive: true, force: true });
+    // What a checkpoint was making from the held data, half made, and its
+    // pool image's writing beside it, left by a controller that died.
+    for (const dir of opts.keepImage ? [] : (layout?.halfMade ?? [])) {
+      if (tempDirOwner(basename(dir)) === pid) rmSync(dir, { recursive: true, force: true });
+      await removeStaleTempDirs(dirname(dir));
+    }
     return {
       pid,
       image: where,
@@ -403,6 +475,7 @@ export async function resumeProcess(
     };
   } finally {
     session.close();
+    if (kept) closeStaging(kept); // the shim has its own fds of it
     await loader?.close();
     await reader?.close();
   }

@@ -3,16 +3,17 @@
  * checkpoint API the rest of the CUDA state, CRIU the processes. Check the
  * job's process tree (dump-plan.ts: refused there, untouched, when CRIU
  * could not carry it), suspend every process of it that runs CUDA under
- * gpuckpt into a hidden working directory (its pool image written, pool
- * released, driver state to host memory), `criu dump` the tree into its
- * criu/, and while CRIU waits at its gate (criu-gate.ts) compress CRIU's
- * pages there (criu-pages.ts) and rename it to the image's name: the image
+ * gpuckpt into a hidden working directory (pool released, driver state to
+ * host memory, its pool image written from the staging the snapshot holder
+ * keeps meanwhile), `criu dump` the tree into its criu/, and while CRIU
+ * waits at its gate (criu-gate.ts) wait for the pool images, compress
+ * CRIU's pages (criu-pages.ts) and rename it to the image's name: the image
  * is complete or absent, and the job ends only once it is complete. The
  * first such process's pool image is the image's own; the others are
  * linked into members/PID/. With --leave-running the processes are resumed
  * from their pool images afterwards; a failing dump resumes them too.
  */
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { criuDump, criuDumpGated, findCriu } from '../adapters/criu.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
@@ -27,10 +28,10 @@ import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
 import { packCriuPages, type PagesSummary } from '../engine/criu-pages.js';
-import { MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
+import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { CRIU_DIR, writeProcessInfo, type ProcessInfo } from '../engine/restore-plan.js';
-import { type SuspendSummary } from '../engine/suspend.js';
+import { defaultHoldDir, type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, linkTree, publishImage, refuseTakenTarget, syncTree } from '../image/durable.js';
 import { removeStaleTempDirs } from '../image/index.js';
 import { osErrorText } from '../image/os-error.js';
@@ -97,10 +98,10 @@ export async function checkpointProcess(
   const notes: string[] = [];
   // Its workers start while CRIU dumps; whoever made it closes it.
   let packer: CodecPool | undefined;
-  const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
+  const pack = async (dir: string): Promise<{ criuPages?: PagesSummary }> => {
     if (opts.rawCriuPages) return {};
     try {
-      return { criuPages: await packCriuPages(join(work, CRIU_DIR), { level: opts.level, codecs: (packer ??= new CodecPool(opts.workers)) }) };
+      return { criuPages: await packCriuPages(dir, { level: opts.level, codecs: (packer ??= new CodecPool(opts.workers)) }) };
     } catch (e) {
       notes.push(`CRIU's pages kept as CRIU wrote them: ${(e as Error).message}`);
       return {};
@@ -116,16 +117,20 @@ export async function checkpointProcess(
     seconds: round((performance.now() - t0) / 1000),
   });
   // Owned by the application, not by this controller: while CRIU dumps it,
-  // the application is suspended with its pool held in this directory only,
-  // and a controller killed meanwhile must not make it stale for the next
-  // writer's cleanup.
+  // the application is suspended with its pool held in this directory (or
+  // by the snapshot holder) only, and a controller killed meanwhile must
+  // not make it stale for the next writer's cleanup.
   const work = join(dirname(target), tempDirName(basename(target), primary));
+  // Without --leave-running CRIU dumps while the first pool image is still
+  // being written (to become work): into a working directory of its own,
+  // moved into work once that image is complete.
+  const criuDir = opts.leaveRunning ? join(work, CRIU_DIR) : join(dirname(target), tempDirName(`${basename(target)}-criu`, primary));
   let whyThroughHost: string | undefined;
   if (opts.leaveRunning && !opts.live && !others.length && !comms.length) {
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
-      const packed = await pack().finally(() => packer?.close());
+      const packed = await pack(join(work, CRIU_DIR)).finally(() => packer?.close());
       const syncSeconds = await makeDurable(work, pid, 'running');
       await publishImage(work, target, !!opts.force);
       if (left.image.framework) notes.push(describeFrameworkUse(left.image.framework));
@@ -169,9 +174,17 @@ export async function checkpointProcess(
   try {
     await cut?.teardown();
     clock.mark('cut');
-    suspended = await suspendMembers(images, { ...opts, force: false, kind: 'process', finalImage: target, closeLater: (c) => closing.push(c().catch(() => undefined)) });
+    // Without --leave-running, the pool images are finished while CRIU
+    // dumps: the snapshot holder keeps each pool's data meanwhile.
+    suspended = await suspendMembers(images, {
+      ...opts,
+      force: false,
+      kind: 'process',
+      finalImage: target,
+      ...(opts.leaveRunning ? {} : { handOff: { halfMade: [criuDir] } }),
+      closeLater: (c) => closing.push(c().catch(() => undefined)),
+    });
     clock.mark('suspend');
-    for (const m of suspended) if (m.framework) notes.push(`process ${m.pid}: ${describeFrameworkUse(m.framework)}`);
   } catch (e) {
     interrupts?.close();
     await Promise.all(closing);
@@ -191,13 +204,25 @@ export async function checkpointProcess(
   const dropMemberImages = () => {
     for (const m of others) rmSync(images.get(m)!, { recursive: true, force: true });
   };
+  // Each member's summary once its pool image is complete; observed below, never an unhandled rejection.
+  const imagesDone = Promise.all(suspended.map((s) => s.pending ?? s));
+  imagesDone.catch(() => undefined);
+  let finished = suspended;
   const dumped = () => {
     dumpSeconds = (performance.now() - d0) / 1000;
     clock.mark('dump');
-    writeProcessInfo(join(work, CRIU_DIR), info);
+    writeProcessInfo(criuDir, info);
   };
   /** CRIU's files and every member's pool image made one image, durable, under its name; after: where the tree is meanwhile (makeDurable). */
   const complete = async (after: After) => {
+    // CRIU's pages are compressed while the pool images are finished.
+    const packing = pack(criuDir);
+    finished = await imagesDone.catch(async (e: unknown) => {
+      await packing;
+      throw e;
+    });
+    clock.mark('images');
+    for (const m of finished) if (m.framework) notes.push(`process ${m.pid}: ${describeFrameworkUse(m.framework)}`);
     // Linked, not moved: a member held meanwhile (a failure, this
     // controller's end) is resumed from where its shim was told it is.
     if (others.length) {
@@ -206,7 +231,8 @@ export async function checkpointProcess(
     }
     // CRIU leaves its files to the page cache; the pool images are durable
     // already, and the image is published only once CRIU's part is too.
-    packed = await pack();
+    packed = await packing;
+    if (criuDir !== join(work, CRIU_DIR)) renameSync(criuDir, join(work, CRIU_DIR));
     clock.mark('pack');
     syncSeconds = await makeDurable(work, pid, after);
     clock.mark('sync');
@@ -216,27 +242,30 @@ export async function checkpointProcess(
   try {
     try {
       interrupts?.check();
-      mkdirSync(join(work, CRIU_DIR), { mode: 0o700 });
+      mkdirSync(criuDir, { mode: 0o700 });
       if (opts.leaveRunning) {
-        criuDump(criu, pid, join(work, CRIU_DIR), { leaveRunning: true, args: dump.args });
+        criuDump(criu, pid, criuDir, { leaveRunning: true, args: dump.args });
         dumped();
       } else {
         // The tree is ended only once the image is complete: until then a
         // failure, a Ctrl-C, or this controller's end leaves every process running.
-        const late = await criuDumpGated(criu, pid, join(work, CRIU_DIR), dump.args, async () => {
+        const late = await criuDumpGated(criu, pid, criuDir, dump.args, async () => {
           dumped();
           interrupts?.check();
           await complete('gated');
         });
         if (late) notes.push(late);
         dropMemberImages(); // CRIU has ended the job: the image holds them
+        // What described the data the holder kept (it lets go as the processes end).
+        for (const m of plan.members) rmSync(defaultHoldDir(m), { recursive: true, force: true });
       }
     } catch (e) {
       // The processes are still there (frozen, or let go by CRIU): bring them
       // back, then drop the half image (kept if a process could not come
       // back: it holds its data).
-      const stays = await resumeAfterFailure(images);
+      const stays = await resumeAfterFailure(await heldOrImages(suspended, images));
       if (!stays.size) for (const image of images.values()) rmSync(image, { recursive: true, force: true });
+      rmSync(criuDir, { recursive: true, force: true });
       const nccl = !stays.size && comms.length ? await rebuildJob(plan.members) : undefined;
       throw new GpuckptError(
         isGpuckptError(e) ? e.code : 'CRIU_FAILED',
@@ -261,17 +290,17 @@ export async function checkpointProcess(
     await Promise.all(closing);
   }
   if (resumeFailure) throw resumeFailure;
-  const pauseStart = Math.min(...suspended.map((s) => s.pauseStartSeconds));
+  const pauseStart = Math.min(...finished.map((s) => s.pauseStartSeconds));
   return summaryOf({
-    rawBytes: suspended.reduce((n, s) => n + s.rawBytes, 0),
-    storedBytes: suspended.reduce((n, s) => n + s.storedBytes, 0),
+    rawBytes: finished.reduce((n, s) => n + s.rawBytes, 0),
+    storedBytes: finished.reduce((n, s) => n + s.storedBytes, 0),
     leftRunning: !!opts.leaveRunning,
-    gpuFreeSeconds: Math.max(...suspended.map((s) => s.gpuFreeSeconds)),
+    gpuFreeSeconds: Math.max(...finished.map((s) => s.gpuFreeSeconds)),
     dumpSeconds: round(dumpSeconds),
     syncSeconds: round(syncSeconds),
     ...packed,
     phases: clock.phases,
-    suspendPhases: suspended.map((s) => s.phases),
+    suspendPhases: finished.map((s) => s.phases),
     ...(opts.leaveRunning ? { pauseSeconds: round((runsAgain - suspendStart) / 1000 - pauseStart, 4), route: 'host' as const, whyThroughHost } : {}),
   });
 }

@@ -267,10 +267,12 @@ static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes, c
     *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
     for (uint64_t off = 0; off < size; off += s->file_bytes) {
         uint64_t n = part_at(size, off, file_bytes);
-        int fd = given ? given[off / file_bytes] : memfd_create("gpuckpt-staging", MFD_CLOEXEC);
+        int fd = given ? given[off / file_bytes] : memfd_create("gpuckpt-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (!given && fd >= 0)
             s->fds[s->nfds++] = fd;
-        if (fd < 0 || (!given && ftruncate(fd, (off_t)n) < 0) ||
+        /* Sealed as GPCK_STAGING_GIVEN asks: a suspend's staging kept by the
+         * snapshot holder comes back to this shim that way. */
+        if (fd < 0 || (!given && (ftruncate(fd, (off_t)n) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)) ||
             mmap(s->base + off, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
             int err = -errno;
             gp_staging_close_files(s);
