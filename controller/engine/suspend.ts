@@ -252,6 +252,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
           await closeNowOrLater();
           return imageDone(w);
         });
+        // Its bytes and rates come with pending.
         return { ...summary(pid, image, 'image', { rawBytes: 0, zeroBytes: 0 }, 0, 0, t0, times, clock), whyNotOnGpu, pending };
       }
       written = await writing;

@@ -346,7 +346,7 @@ function table(name, r) {
     out.push(`| ${label} | ${a ? `**${num(a.median, unit)} ${unit}** (${all(a, unit)})` : '—'} | ${b ? `${num(b.median, unit)} ${unit} (${all(b, unit)})` : '—'} | ${ratio} | ${mark.trim() || '—'} |`);
   }
   const phases = [
-    phaseLine(r, 'ckpt_phase.', "Where a whole-process checkpoint's time goes, step by step (suspend: every pool image written and the GPU free)"),
+    phaseLine(r, 'ckpt_phase.', "Where a whole-process checkpoint's time goes, step by step (suspend: the GPU free and the pools' data with the snapshot holder; dump: CRIU, while the pool images are written; images: their end beyond the dump; pack: CRIU's pages beyond that)"),
     phaseLine(r, 'ckpt.', "Where a whole-process checkpoint's time goes after the GPU is free"),
     phaseLine(r, 'leave_running.', "Where checkpoint --leave-running's time goes (the application is paused from quiesce to reopen)"),
     phaseLine(r, 'suspend.', "Where suspend's time goes"),
