@@ -366,7 +366,7 @@ export interface HoldPutRequest {
   id: bigint;
   /** field 22 of the process's /proc/PID/stat */
   startTime: bigint;
-  /** of GPU memory behind the fds of this request */
+  /** of memory behind the fds of this request */
   bytes: number;
   /** the part's fds sent before these */
   first: number;
@@ -374,7 +374,7 @@ export interface HoldPutRequest {
   part: number;
   /** GPCK_HOLD_* */
   flags: number;
-  /** the GPU the memory is on */
+  /** the GPU the memory is on; all zeros: host memory (a suspended pool's staging memfds) */
   uuid: string;
 }
 

@@ -490,13 +490,13 @@ struct gpck_chunk_export_rep {
 struct gpck_hold_put_req {
     uint64_t id;               /* 0: a new snapshot (first 0 of part 0) */
     uint64_t start_time;       /* field 22 of the process's /proc/PID/stat */
-    uint64_t bytes;            /* of GPU memory behind the fds of this request */
+    uint64_t bytes;            /* of memory behind the fds of this request */
     uint64_t first;            /* the part's fds sent before these */
     int32_t pid;
     uint32_t part;
     uint32_t flags;            /* GPCK_HOLD_* */
     uint32_t reserved;
-    uint8_t uuid[16];          /* the GPU the memory is on */
+    uint8_t uuid[16];          /* the GPU the memory is on; all zeros: host memory (a suspended pool's staging memfds) */
 };
 
 struct gpck_hold_rep {

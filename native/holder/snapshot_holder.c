@@ -4,7 +4,9 @@
  * a copy of a pool's chunks, exported as POSIX fds. Whoever holds the fds
  * holds the memory (test/gpu/probes/peer_fd_lifetime.c): this process does,
  * so that snapshots outlive the controller that made them, without a CUDA
- * context of its own (no GPU memory, no driver state to checkpoint).
+ * context of its own (no GPU memory, no driver state to checkpoint). It
+ * keeps host memory the same way: while a whole-process checkpoint's CRIU
+ * dumps, a suspended pool's staging memfds (filed under the all-zero UUID).
  *
  * It serves the HOLD_* messages of the control protocol (GPCK_HOLD_* in
  * protocol/gpuckpt_protocol.h) on SOCKET, to its own user only. A snapshot
