@@ -212,6 +212,10 @@ describe('whole-process checkpoint', () => {
     await expectNoImageStillRunning(app, ready, out);
     // What described the holder's copy went with the resume.
     expect(existsSync(defaultHoldDir(app.pid))).toBe(false);
+    // Said in one line.
+    const again = cli(['checkpoint', String(app.pid), '-o', out], { GPUCKPT_TEST_FAULT: 'image-write' });
+    expect(again.stderr).toMatch(new RegExp(`^gpuckpt: injected fault at image-write .*; process ${app.pid} resumed\n$`));
+    await expectNoImageStillRunning(app, ready, out);
   });
 
   it('the controller killed while CRIU waits at its gate: the process runs on, held, and resume brings it back with its data', async () => {

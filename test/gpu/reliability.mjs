@@ -185,6 +185,11 @@ export async function runReliability(h) {
     const line = failsInOneLine(await gpuckpt(['checkpoint', pid, '-o', out], { GPUCKPT_TEST_FAULT: 'criu-sync' }), new RegExp(`criu-sync .*; process ${pid} resumed$`), 'image not made durable');
     noImage(out, 'image not made durable');
     await state('after a checkpoint that failed while CRIU waited');
+    // A pool image failing while CRIU dumps beside it: the gate says no, the process comes back from the holder's copy.
+    const unwritten = path.join(p.dir, 'unwritten');
+    const imageLine = failsInOneLine(await gpuckpt(['checkpoint', pid, '-o', unwritten], { GPUCKPT_TEST_FAULT: 'image-write' }), new RegExp(`image-write .*; process ${pid} resumed$`), 'pool image failed while CRIU dumped');
+    noImage(unwritten, 'pool image failed while CRIU dumped');
+    await state("after a checkpoint whose pool image failed while CRIU dumped (resumed from the holder's copy)");
     // The controller stopped once CRIU runs, then killed at the gate: the process stays suspended.
     const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
     const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
@@ -199,7 +204,7 @@ export async function runReliability(h) {
     await ok(['resume', pid]);
     await state('after the resume of a process held at the gate');
     noImage(path.join(p.dir, 'killed'), 'a checkpoint killed at the gate');
-    return `a failure while CRIU waited (${quote(line)}) and a controller killed there (the process suspended, GPU free; resume brought it back) both left the process running with its data, no image`;
+    return `a failure while CRIU waited (${quote(line)}), a pool image failing while CRIU dumped (${quote(imageLine)}; resumed from the holder's copy) and a controller killed there (the process suspended, GPU free; resume brought it back) all left the process running with its data, no image`;
   });
 
   // checkpoint --leave-running's copy on the GPU, kept by the snapshot holder while CRIU dumps (engine/kept-copy.ts).
