@@ -72,39 +72,45 @@ async function putKept(pid: number, parts: PartToHold[], where: string, layout: 
   }
 }
 
-/** The holder's entries of snapshot id (one per part); gone when there are none. */
-async function keptEntries(holder: SnapshotHolder | undefined, id: string, gone: GpuckptError): Promise<HoldEntry[]> {
-  const entries = holder ? (await holder.list()).entries.filter((e) => String(e.id) === id) : [];
-  if (!entries.length) throw gone;
-  return entries;
+/** The holder of pid's run directory and its entries of snapshot id (one per part), or gone when it has none; the caller closes the holder. */
+async function openKept(pid: number, id: string, gone: GpuckptError): Promise<{ holder: SnapshotHolder; entries: HoldEntry[] }> {
+  const holder = SnapshotHolder.connect(runDirOf(pid));
+  if (!holder) throw gone;
+  try {
+    const entries = (await holder.list()).entries.filter((e) => String(e.id) === id);
+    if (!entries.length) throw gone;
+    return { holder, entries };
+  } catch (e) {
+    holder.close();
+    throw e;
+  }
 }
 
 /** Copies of the staging fds the holder keeps for pid (keepStaging), laid out as files says: the caller's to close. */
 export async function takeKeptStaging(pid: number, id: string, files: { size: number; fileBytes: number }): Promise<StagingMemory> {
-  const holder = SnapshotHolder.connect(runDirOf(pid));
+  const { holder, entries } = await openKept(pid, id, new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: its pool's data, which the snapshot holder kept (snapshot ${id}), is gone`));
   try {
-    const [e] = await keptEntries(holder, id, new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: its pool's data, which the snapshot holder kept (snapshot ${id}), is gone`));
-    return { fds: await holder!.take(BigInt(id), e!.part, e!.fds), ...files, registerNs: 0 };
+    const [e] = entries as [HoldEntry];
+    return { fds: await holder.take(BigInt(id), e.part, e.fds), ...files, registerNs: 0 };
   } finally {
-    holder?.close();
+    holder.close();
   }
 }
 
 /** The kept copy (snapshot id, on gpus by ordinal) back in the shim of a suspended process, as a suspend's hold on GPUs. */
 export async function adoptKept(session: ShimSession, pid: number, id: string, gpus: string[]): Promise<void> {
-  const holder = SnapshotHolder.connect(runDirOf(pid));
+  const { holder, entries } = await openKept(pid, id, new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: its pool's copy on the GPU, which the snapshot holder kept (snapshot ${id}), is gone`));
   const fds: number[][] = gpus.map(() => []);
   try {
-    const entries = await keptEntries(holder, id, new GpuckptError('IMAGE_MISSING', `process ${pid} stays suspended: its pool's copy on the GPU, which the snapshot holder kept (snapshot ${id}), is gone`));
     for (const e of entries) {
       const device = gpus.findIndex((u) => u.toLowerCase() === e.uuid.toLowerCase());
       if (device < 0) throw new GpuckptError('INTERNAL', `snapshot ${id} holds memory on ${e.uuid}, which process ${pid} did not use`);
-      fds[device] = await holder!.take(BigInt(id), e.part, e.fds);
+      fds[device] = await holder.take(BigInt(id), e.part, e.fds);
     }
     await adoptCopy(session, fds);
   } finally {
     closeAll(fds); // the shim has its own copies now
-    holder?.close();
+    holder.close();
   }
 }
 
