@@ -70,7 +70,8 @@ export interface CheckpointOptions {
    * staging's release, for the caller to run when it suits it. Run after a
    * suspended shim dropped its mapping, the memory is freed here (on
    * libuv's threads, as the fds close), not in the application's munmap,
-   * which a checkpoint's CRIU dump waits for (0.87 s for 6 GB).
+   * which a checkpoint's CRIU dump waits for (0.87 s for 6 GB); or, where
+   * the snapshot holder keeps the data too (a suspend's handOff), by it.
    */
   closeLater?: (close: () => Promise<void>) => void;
 }

@@ -169,7 +169,10 @@ export async function checkpointProcess(
     throw e;
   });
   let suspended: SuspendSummary[];
-  // The pool images' codec pools end, and their staging is freed, while CRIU dumps (it is not the job's memory).
+  // The pool images' codec pools end, and this process lets go of their
+  // staging, as each image is complete, while CRIU dumps (it is not the
+  // job's memory); the holder, which keeps the data meanwhile, frees it
+  // once it sees the processes gone.
   const closing: Promise<void>[] = [];
   try {
     await cut?.teardown();
