@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { ownBuffer, WorkerPool } from '../base/worker-pool.js';
 import { faultPoint } from '../base/faults.js';
 import type { Planes, PlanesMode } from '../image/byte-planes.js';
-import type { FrameSource } from '../image/index.js';
+import type { FrameSource } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import { log } from '../base/log.js';
 

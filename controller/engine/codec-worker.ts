@@ -9,9 +9,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
 import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
-import { readRange } from '../image/file-range.js';
+import { readFrameSource, readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
-import { readFrameSource } from '../image/reader.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
 
 /** Frames and digested ranges are at most this long (MAX_FRAME_LENGTH); a view is made per task. */

@@ -25,7 +25,7 @@ import { commandLine } from '../adapters/processes.js';
 import { Progress } from '../base/progress.js';
 import { releaseStaging, ShimSession, type StagingMemory } from '../adapters/session.js';
 import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece, type Placed } from './staging-plan.js';
-import { formatBytes, round, seconds } from '../base/units.js';
+import { round, seconds } from '../base/units.js';
 import { DEFAULT_LEASE_MS, native, PoolState, type AllocEntry } from '../../native/index.js';
 
 export interface CheckpointOptions {

@@ -1,6 +1,17 @@
-/** Reading a range of a file whole, where read(2) may return less than asked. */
+/**
+ * Reading a range of a file whole, where read(2) may return less than
+ * asked. Light on imports: every codec worker loads it at its start.
+ */
 import { closeSync, openSync, readSync } from 'node:fs';
-import { GpuckptError } from '../base/errors.js';
+import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { osErrorText } from './os-error.js';
+
+/** A compressed frame's place in its image's data file. */
+export interface FrameSource {
+  path: string;
+  offset: number;
+  length: number;
+}
 
 /** length bytes of path from offset, into into (IMAGE_TRUNCATED if the file ends first). */
 export function readRange(path: string, offset: number, length: number, into: Uint8Array): Uint8Array {
@@ -15,4 +26,21 @@ export function readRange(path: string, offset: number, length: number, into: Ui
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * src's compressed bytes, read whole into `into` (a codec worker's own
+ * buffer): IMAGE_READ_FAILED naming the file, or IMAGE_TRUNCATED.
+ */
+export function readFrameSource(src: FrameSource, into: Uint8Array): Uint8Array {
+  try {
+    return readRange(src.path, src.offset, src.length, into);
+  } catch (e) {
+    throw readFailed(src.path, e);
+  }
+}
+
+export function readFailed(path: string, e: unknown): GpuckptError {
+  if (isGpuckptError(e)) return e;
+  return new GpuckptError('IMAGE_READ_FAILED', `cannot read image ${path}: ${osErrorText(e)}`, { cause: e });
 }

@@ -28,10 +28,11 @@ import { decompressFrame } from './frame-codec.js';
 import { fromPlanes } from './byte-planes.js';
 import { DATA_FILE, MANIFEST_FILE, MANIFEST_HEADER_LENGTH, MAX_MANIFEST_PAYLOAD } from './format.js';
 import { decodeManifest } from './manifest.js';
-import { readRange } from './file-range.js';
+import { readFailed, type FrameSource } from './file-range.js';
 import type { FrameRecord, Manifest } from './manifest-types.js';
-import { osErrorText } from './os-error.js';
 import { faultPoint } from '../base/faults.js';
+
+export type { FrameSource } from './file-range.js';
 
 export interface VerifyProgress {
   framesDone: number;
@@ -49,25 +50,6 @@ export interface VerifyResult {
 /** How messages name a frame: index, device and device address, so a user can tell what was damaged. */
 export function frameLabel(frame: FrameRecord, index: number): string {
   return `frame ${index} (device ${frame.device}, address ${hex(frame.addr)}, ${frame.length} bytes)`;
-}
-
-/** A compressed frame's place in its image's data file. */
-export interface FrameSource {
-  path: string;
-  offset: number;
-  length: number;
-}
-
-/**
- * src's compressed bytes, read whole into `into` (a codec worker's own
- * buffer): IMAGE_READ_FAILED naming the file, or IMAGE_TRUNCATED.
- */
-export function readFrameSource(src: FrameSource, into: Uint8Array): Uint8Array {
-  try {
-    return readRange(src.path, src.offset, src.length, into);
-  } catch (e) {
-    throw readFailed(src.path, e);
-  }
 }
 
 export class ImageReader {
@@ -278,7 +260,3 @@ async function readAll(fh: FileHandle, length: number, pathForMessages: string):
   return buf.subarray(0, done);
 }
 
-function readFailed(path: string, e: unknown): GpuckptError {
-  if (isGpuckptError(e)) return e;
-  return new GpuckptError('IMAGE_READ_FAILED', `cannot read image ${path}: ${osErrorText(e)}`, { cause: e });
-}

@@ -11,7 +11,7 @@
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
-import { ImageReader, type Manifest } from '../image/index.js';
+import { ImageReader } from '../image/index.js';
 import { ShimSession } from '../adapters/session.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { PoolLoader } from '../engine/pool-loader.js';
