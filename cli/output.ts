@@ -206,7 +206,7 @@ export function printProcessCheckpoint(s: ProcessCheckpointSummary): void {
 
 export function printProcessRestore(s: ProcessRestoreSummary): void {
   process.stderr.write(
-    `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s${s.criuPages ? `, its pages unpacked first in ${s.criuPages.seconds} s` : ''}; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
+    `gpuckpt: restored process ${s.pid}${s.members.length > 1 ? ` (CUDA in ${s.members.join(', ')})` : ''} from ${s.image} in ${s.seconds} s (CRIU ${s.criuSeconds} s${s.criuPages ? `, its pages unpacked first in ${s.criuPages.seconds} s${s.criuPages.leftOutBytes ? `, ${formatBytes(s.criuPages.leftOutBytes)} of zero pages left out` : ''}` : ''}; pool image decompressed meanwhile in ${s.loadSeconds} s)\n`,
   );
   for (const f of s.appended ?? []) process.stderr.write(`gpuckpt: ${f} changed since the image was made: the job writes on at its end\n`);
 }

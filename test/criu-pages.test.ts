@@ -1,17 +1,22 @@
 /**
  * CRIU's page images packed into zstd frames after a dump and unpacked for
  * a restore (controller/engine/criu-pages.ts): the bytes CRIU reads back
- * are the bytes it wrote, zero pages become holes, damage is refused, and
- * a failed packing leaves CRIU's files as they were.
+ * are the bytes it wrote, zero pages become holes, zero pages of private
+ * anonymous memory are left out with the pagemaps rewritten (and the
+ * memory CRIU rebuilds is the same), damage is refused, and a failed
+ * packing leaves CRIU's files as they were.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 
 const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`, import.meta.url).href);
-const { packCriuPages, unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
+const { unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
+const { packCriuPages, CriuPagesPacker } = await engine('criu-pages-pack');
 const { CodecPool } = await engine('codec-pool');
+const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-pages-'));
@@ -34,6 +39,22 @@ function criuDir(name: string): { dir: string; files: Record<string, Buffer> } {
   const files = { 'pages-1.img': big, 'pages-2.img': Buffer.alloc(PAGE, 7), 'core-1.img': Buffer.from('core') };
   for (const [n, b] of Object.entries(files)) writeFileSync(join(dir, n), b);
   return { dir, files };
+}
+
+/** The fake CRIU's memory images (test/fake-criu/pages-img.mjs): `dump DIR PID...`, `check DIR`. */
+function fakeMemory(...args: string[]) {
+  return spawnSync(process.execPath, [new URL('./fake-criu/pages-img.mjs', import.meta.url).pathname, ...args], { encoding: 'utf8' });
+}
+
+/** A CRIU image file without its last entry (entries: a u32 length and its bytes, after two magics). */
+function withoutLastEntry(b: Buffer): Buffer {
+  let at = 8;
+  let last = at;
+  while (at < b.length) {
+    last = at;
+    at += 4 + b.readUInt32LE(at);
+  }
+  return b.subarray(0, last);
 }
 
 /** This process's scratch directories in /dev/shm (other test files restore at the same time). */
@@ -66,6 +87,111 @@ describe('CRIU pages', () => {
     } finally {
       await codecs.close();
     }
+  });
+
+  it("zero pages of private anonymous memory are left out, the pagemaps rewritten; the memory CRIU rebuilds is the one dumped", async () => {
+    const dir = join(root, 'memory');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '101', '102');
+    const raw = statSync(join(dir, 'pages-1.img')).size + statSync(join(dir, 'pages-2.img')).size;
+    const s = await packCriuPages(dir, { workers: 2 });
+    const index = JSON.parse(readFileSync(join(dir, PACKED_INDEX), 'utf8'));
+    expect(index.files.find((f: { name: string }) => f.name === 'pages-1.img').zeroPages.slice(0, 4)).toEqual([0, 1, 3, 1]); // every third page
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const left = scratch.pages.leftOutBytes;
+    // Zero pages in the file mapping stay: not all zero pages are left out.
+    const zeroBytes = index.files.reduce((n: number, f: { zeroPages: number[] }) => n + f.zeroPages.filter((_, i) => i % 2).reduce((a, b) => a + b, 0) * PAGE, 0);
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThan(zeroBytes);
+    // The first process's heap, all zero, fills its file's second frame: nothing of that frame is kept.
+    expect(statSync(join(scratch.dir, 'pages-1.img')).size).toBeLessThan(1024 * PAGE);
+    expect(statSync(join(scratch.dir, 'pages-1.img')).size + statSync(join(scratch.dir, 'pages-2.img')).size).toBe(raw - left);
+    expect(lstatSync(join(scratch.dir, 'pagemap-101.img')).isSymbolicLink()).toBe(false);
+    expect(lstatSync(join(scratch.dir, 'mm-101.img')).isSymbolicLink()).toBe(true);
+    expect(fakeMemory('check', scratch.dir).status).toBe(0);
+    // The check can fail: a pagemap without its last run names fewer pages than its file holds.
+    const pagemap = join(scratch.dir, 'pagemap-101.img');
+    writeFileSync(pagemap, withoutLastEntry(readFileSync(pagemap)));
+    expect(fakeMemory('check', scratch.dir)).toMatchObject({ status: 1, stdout: expect.stringMatching(/Error .*fake-criu: pages-1\.img holds \d+ bytes, its pagemap \d+/) });
+    scratch.cleanup();
+    expect(s.rawBytes).toBe(raw);
+  });
+
+  it("a page the index calls zero that is not is refused as damage; a pagemap with a parent image's pages is left as it is", async () => {
+    const dir = join(root, 'memory-damaged');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '201');
+    await packCriuPages(dir, { workers: 2 });
+    const indexPath = join(dir, PACKED_INDEX);
+    const index = JSON.parse(readFileSync(indexPath, 'utf8'));
+    index.files[0].zeroPages.splice(0, 2, 0, 2); // page 1 holds data
+    writeFileSync(indexPath, JSON.stringify(index));
+    await expect(unpackCriuDir(dir, { workers: 2 })).rejects.toMatchObject({ code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 0: the page at byte 4096 is not zero, as its index says$/) });
+
+    const other = join(root, 'memory-parent');
+    mkdirSync(other);
+    fakeMemory('dump', other, '301');
+    const pagemap = join(other, 'pagemap-301.img');
+    const b = readFileSync(pagemap);
+    // The file mapping's entry (flags, field 4: PE_PRESENT) made PE_PARENT: pages in a parent image, not in this one's file.
+    const at = b.indexOf(Buffer.from([0x20, 0x04]), 12);
+    b[at + 1] = 0x01;
+    writeFileSync(pagemap, b);
+    await packCriuPages(other, { workers: 2 });
+    const scratch = await unpackCriuDir(other, { workers: 2 });
+    expect(scratch.pages.leftOutBytes).toBeUndefined();
+    expect(lstatSync(join(scratch.dir, 'pagemap-301.img')).isSymbolicLink()).toBe(true);
+    scratch.cleanup();
+  });
+
+  it('the pages left out: runs across pagemap entries and frames, only in private anonymous mappings', () => {
+    const dir = join(root, 'plan');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '401');
+    // Process 1's file (pages-img.mjs): anonymous pages 0-255 and 256-512 (two entries), the file mapping 513-768, the heap 769-1026.
+    const [drop] = planZeroDrops(dir, new Map([['pages-1.img', [0, 1027]]]), new Map([['pages-1.img', 1027 * PAGE]]));
+    expect(drop).toMatchObject({ file: 'pages-1.img', dropped: [0, 513, 769, 258] });
+    expect(drop.pagemap.name).toBe('pagemap-401.img');
+    const from = { at: 0, before: 0 };
+    expect(frameLayout(drop.dropped, 0, 1024, from)).toEqual({ keep: [513 * PAGE, 769 * PAGE], dstPage: 0 });
+    expect(frameLayout(drop.dropped, 1024, 3, from)).toEqual({ keep: [], dstPage: 256 });
+    // A frame inside a run, and one starting where a run ends.
+    expect(frameLayout([10, 30], 16, 8, { at: 0, before: 0 })).toEqual({ keep: [], dstPage: 10 });
+    expect(frameLayout([10, 30, 50, 2], 40, 16, { at: 0, before: 0 })).toEqual({ keep: [0, 10 * PAGE, 12 * PAGE, 16 * PAGE], dstPage: 10 });
+    expect(intersect([0, 10, 20, 5], [5, 20])).toEqual([5, 5, 20, 5]);
+    // A size the pagemap does not account for: nothing left out.
+    expect(planZeroDrops(dir, new Map([['pages-1.img', [0, 1027]]]), new Map([['pages-1.img', 1028 * PAGE]]))).toEqual([]);
+  });
+
+  it('packing follows CRIU as it writes: whole frames are packed before CRIU is done, the rest after', async () => {
+    const dir = join(root, 'follow');
+    mkdirSync(dir);
+    const { files } = criuDir('follow-source');
+    const big = files['pages-1.img'];
+    const packer = new CriuPagesPacker(dir, { workers: 2 }).follow();
+    // CRIU appends: the first frame and a bit, then (later) the rest and a second file.
+    writeFileSync(join(dir, 'pages-1.img'), big.subarray(0, 4 * 1024 * 1024 + 3 * PAGE));
+    const packed = join(dir, 'pages-1.img.zst');
+    for (let i = 0; i < 100 && !(existsSync(packed) && statSync(packed).size > 0); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(statSync(packed).size).toBeGreaterThan(0); // frame 0, packed while CRIU writes on
+    appendFileSync(join(dir, 'pages-1.img'), big.subarray(4 * 1024 * 1024 + 3 * PAGE));
+    writeFileSync(join(dir, 'pages-2.img'), files['pages-2.img']);
+    const s = await packer.finish();
+    expect(s).toMatchObject({ files: 2, rawBytes: big.length + PAGE });
+    expect(readdirSync(dir).sort()).toEqual([PACKED_INDEX, 'pages-1.img.zst', 'pages-2.img.zst']);
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(big)).toBe(true);
+    expect(readFileSync(join(scratch.dir, 'pages-2.img')).equals(files['pages-2.img'])).toBe(true);
+    scratch.cleanup();
+  });
+
+  it('a packing given up (the dump failed) leaves CRIU\'s files and nothing of its own', async () => {
+    const { dir, files } = criuDir('abandoned');
+    const packer = new CriuPagesPacker(dir, { workers: 2 }).follow();
+    await new Promise((r) => setTimeout(r, 100));
+    await packer.abandon();
+    expect(readdirSync(dir).sort()).toEqual(Object.keys(files).sort());
+    for (const [n, b] of Object.entries(files)) expect(readFileSync(join(dir, n)).equals(b)).toBe(true);
   });
 
   it('unpack of raw pages (--raw-criu-pages): everything linked as it is', async () => {

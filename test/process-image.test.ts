@@ -353,13 +353,13 @@ describe("CRIU's pages", () => {
   }
   const criuFiles = (out: string) => readdirSync(join(out, 'criu')).filter((n) => n.startsWith('pages-') || n === 'gpuckpt-pages.json').sort();
 
-  it('are compressed in the image, verified by inspect, and reach CRIU as it wrote them', async () => {
+  it('are compressed in the image, verified by inspect, and give CRIU back the memory it dumped', async () => {
     const { out, summary } = await imageOfEnded('pages');
     expect(criuFiles(out)).toEqual(['gpuckpt-pages.json', 'pages-1.img.zst']);
     expect(summary.criuPages).toMatchObject({ files: 1, rawBytes: 1027 * 4096 });
     expect(summary.criuPages.storedBytes).toBeLessThan(summary.criuPages.rawBytes);
     expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true, criuPages: { files: 1, rawBytes: 1027 * 4096 } });
-    // The fake CRIU checks the pages it reads against what it dumped before its injected failure.
+    // The fake CRIU checks the memory its images give back against what it dumped, before its injected failure.
     const r = cli(['restore', out, '--detach'], { FAKE_CRIU_FAIL: 'restore' });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^gpuckpt: criu restore of .* failed: .*injected restore failure \(log: .*criu-restore-.*\.log\)\n$/);

@@ -18,13 +18,15 @@ export type CodecTask =
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
   | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
   | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
-  | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string };
+  | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string; keep?: number[] };
 
 export interface CodecReply {
   id: number;
   data?: ArrayBuffer;
   /** compress: the layout the frame was compressed in. */
   planes?: Planes;
+  /** compressFile: the frame's runs of all-zero pages, [first, count, ...]. */
+  zeroPages?: number[];
   error?: { code: string; message: string };
   /** Not run: the pool was closing. */
   cancelled?: boolean;
@@ -86,16 +88,21 @@ export class CodecPool {
     return Buffer.from(r.data!);
   }
 
-  /** Bytes [offset, offset+length) of a file, compressed as one frame. */
-  async compressFile(path: string, offset: number, length: number, level: number): Promise<Uint8Array> {
+  /** Bytes [offset, offset+length) of a file, compressed as one frame, and its runs of all-zero pages ([first, count, ...], in pages of the frame). */
+  async compressFile(path: string, offset: number, length: number, level: number): Promise<{ data: Uint8Array; zeroPages: number[] }> {
     faultPoint('compress');
     const r = await this.pool.run({ op: 'compressFile', path, offset, length, level });
-    return new Uint8Array(r.data!);
+    return { data: new Uint8Array(r.data!), zeroPages: r.zeroPages ?? [] };
   }
 
-  /** The frame at [srcOffset, +srcLength) of src, checked and written at dstOffset of dst, its zero pages left as holes. */
-  async decompressToFile(src: string, srcOffset: number, srcLength: number, dst: string, dstOffset: number, length: number, what: string): Promise<void> {
-    await this.pool.run({ op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what });
+  /**
+   * The frame at [srcOffset, +srcLength) of src, checked and written at
+   * dstOffset of dst, its zero pages left as holes; with keep, only its
+   * [from, to) byte ranges keep, laid end to end, and what it leaves out
+   * must be zero pages (IMAGE_DATA_CORRUPT if not).
+   */
+  async decompressToFile(src: string, srcOffset: number, srcLength: number, dst: string, dstOffset: number, length: number, what: string, keep?: number[]): Promise<void> {
+    await this.pool.run({ op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what, ...(keep ? { keep } : {}) });
   }
 
   /** The frame at src, read by a worker, checked and decompressed into staging [offset, offset+length). */

@@ -53,16 +53,26 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length));
       return { reply: { id: task.id }, transfer: [] };
     case 'compressFile': {
-      const out = compressFrame(readRange(task.path, task.offset, task.length, scratch(task.length)), task.level);
+      const raw = readRange(task.path, task.offset, task.length, scratch(task.length));
+      const out = compressFrame(raw, task.level);
       const copy = new Uint8Array(out.length);
       copy.set(out);
-      return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
+      return { reply: { id: task.id, data: copy.buffer, zeroPages: zeroPageRuns(raw) }, transfer: [copy.buffer] };
     }
     case 'decompressToFile': {
       // Two buffers: the frame's compressed bytes, then its raw bytes.
       const compressed = readRange(task.src, task.srcOffset, task.srcLength, scratchOf(compressedScratch, task.srcLength));
       const raw = decompressFrame(compressed, task.length, task.what, scratch(task.length));
-      writeSparse(task.dst, task.dstOffset, raw);
+      const keep = task.keep ?? [0, raw.length];
+      // What is left out must be what packing said: zero pages.
+      let at = 0;
+      for (let i = 0; i <= keep.length; i += 2) {
+        const to = i < keep.length ? keep[i]! : raw.length;
+        for (let p = at; p < to; p += PAGE)
+          if (!isZero(raw.subarray(p, Math.min(p + PAGE, to)))) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${task.what}: the page at byte ${p} is not zero, as its index says`);
+        at = keep[i + 1] ?? raw.length;
+      }
+      writeSparse(task.dst, task.dstOffset, raw, keep);
       return { reply: { id: task.id }, transfer: [] };
     }
   }
@@ -72,47 +82,76 @@ const PAGE = 4096;
 const ZERO_PAGE = new Uint8Array(PAGE);
 
 /**
- * raw at offset of an existing file of its full size, copied through a
- * shared mapping (writes to one file take its inode lock one at a time;
- * page faults do not); runs of zero pages are not touched and stay holes.
+ * The [from, to) ranges `keep` of raw, one after the other, at offset of an
+ * existing file of its full size, copied through a shared mapping (writes
+ * to one file take its inode lock one at a time; page faults do not);
+ * runs of zero pages are not touched and stay holes.
  */
-function writeSparse(path: string, offset: number, raw: Uint8Array): void {
+function writeSparse(path: string, offset: number, raw: Uint8Array, keep: number[]): void {
+  let length = 0;
+  for (let i = 0; i < keep.length; i += 2) length += keep[i + 1]! - keep[i]!;
+  if (!length) return; // a frame all left out
   const fd = openSync(path, 'r+');
   let view: ArrayBuffer;
   try {
     const size = fstatSync(fd).size;
-    if (size % PAGE || offset % PAGE) return writeSparseByCalls(fd, offset, raw);
-    view = native().mapFiles([fd], size, size, offset, raw.length);
+    if (size % PAGE || offset % PAGE) return writeSparseByCalls(fd, offset, raw, keep);
+    view = native().mapFiles([fd], size, size, offset, length);
   } finally {
     closeSync(fd); // the mapping holds the file
   }
   try {
     const out = new Uint8Array(view);
-    eachNonZeroRun(raw, (from, to) => out.set(raw.subarray(from, to), from));
+    eachKeptNonZeroRun(raw, keep, (from, to, at) => out.set(raw.subarray(from, to), at));
   } finally {
     native().unmapFiles(view);
   }
 }
 
-function writeSparseByCalls(fd: number, offset: number, raw: Uint8Array): void {
-  eachNonZeroRun(raw, (from, to) => {
-    for (let at = from; at < to; ) at += writeSync(fd, raw, at, to - at, offset + at);
+function writeSparseByCalls(fd: number, offset: number, raw: Uint8Array, keep: number[]): void {
+  eachKeptNonZeroRun(raw, keep, (from, to, at) => {
+    for (let done = 0; done < to - from; ) done += writeSync(fd, raw, from + done, to - from - done, offset + at + done);
   });
 }
 
-/** Calls f(from, to) for each run of whole pages of raw that are not all zero. */
-function eachNonZeroRun(raw: Uint8Array, f: (from: number, to: number) => void): void {
-  let start = -1;
-  for (let p = 0; p < raw.length; p += PAGE) {
-    const page = raw.subarray(p, Math.min(p + PAGE, raw.length));
-    const zero = Buffer.compare(page, ZERO_PAGE.subarray(0, page.length)) === 0;
-    if (!zero && start < 0) start = p;
-    else if (zero && start >= 0) {
-      f(start, p);
-      start = -1;
+/** f(from, to, at) for each run of whole pages of raw within keep that are not all zero; at: where it lands, the kept ranges laid end to end. */
+function eachKeptNonZeroRun(raw: Uint8Array, keep: number[], f: (from: number, to: number, at: number) => void): void {
+  let landed = 0;
+  for (let i = 0; i < keep.length; i += 2) {
+    const [lo, hi] = [keep[i]!, keep[i + 1]!];
+    let start = -1;
+    for (let p = lo; p < hi; p += PAGE) {
+      const zero = isZero(raw.subarray(p, Math.min(p + PAGE, hi)));
+      if (!zero && start < 0) start = p;
+      else if (zero && start >= 0) {
+        f(start, p, landed + start - lo);
+        start = -1;
+      }
     }
+    if (start >= 0) f(start, hi, landed + start - lo);
+    landed += hi - lo;
   }
-  if (start >= 0) f(start, raw.length);
+}
+
+/** The runs of whole zero pages of raw, [first, count, ...] in pages. */
+function zeroPageRuns(raw: Uint8Array): number[] {
+  const runs: number[] = [];
+  for (let p = 0; p + PAGE <= raw.length; p += PAGE) {
+    if (!isZero(raw.subarray(p, p + PAGE))) continue;
+    const page = p / PAGE;
+    const n = runs.length;
+    if (n && runs[n - 2]! + runs[n - 1]! === page) runs[n - 1]!++;
+    else runs.push(page, 1);
+  }
+  return runs;
+}
+
+function isZero(bytes: Uint8Array): boolean {
+  for (let at = 0; at < bytes.length; at += PAGE) {
+    const page = bytes.subarray(at, Math.min(at + PAGE, bytes.length));
+    if (Buffer.compare(page, ZERO_PAGE.subarray(0, page.length)) !== 0) return false;
+  }
+  return true;
 }
 
 /** Buffers of one worker, grown as needed: raw frames (verified and dropped, or read from a file), and compressed ones read from a file. */

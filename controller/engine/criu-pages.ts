@@ -1,11 +1,13 @@
 /**
  * CRIU's page images (pages-N.img: most of a whole-process image, half of
  * it zero pages on a PyTorch job) kept as zstd frames: packed after the
- * dump; checked and unpacked before a restore into a scratch directory
- * that CRIU reads, where zero pages stay holes. The image itself is never
- * written by a restore.
+ * dump, with where the zero pages are; checked and unpacked before a
+ * restore into a scratch directory that CRIU reads, where zero pages stay
+ * holes, and those of private anonymous memory are left out with the
+ * pagemaps rewritten to match (criu-zero-pages.ts). The image itself is
+ * never written by a restore.
  */
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, statfsSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, statfsSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { Limiter } from '../base/limiter.js';
@@ -15,20 +17,24 @@ import { ownRunDir } from '../adapters/run-dir.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
 import { osErrorText } from '../image/os-error.js';
 import { CodecPool } from './codec-pool.js';
+import { frameLayout, planZeroDrops, type PageRuns, type ZeroDrop } from './criu-zero-pages.js';
+import { PAGE_BYTES } from '../adapters/criu-memory.js';
 
 /** Beside the packed files in CRIU's directory: what they hold. */
 export const PACKED_INDEX = 'gpuckpt-pages.json';
-const FORMAT = 'gpuckpt-criu-pages/1';
-const FRAME_BYTES = 4 << 20;
-const PACKED = '.zst';
-const PAGES = /^pages-\d+\.img$/;
+export const PACKED_FORMAT = 'gpuckpt-criu-pages/1';
+export const FRAME_BYTES = 4 << 20;
+export const PACKED = '.zst';
+export const PAGES = /^pages-\d+\.img$/;
 
-interface PackedFile {
+export interface PackedFile {
   /** CRIU's name for it; stored as name + '.zst'. */
   name: string;
   rawBytes: number;
   /** Compressed length of each frame, in order; frame k holds raw bytes [k*frameBytes, ...). */
   frames: number[];
+  /** Its runs of all-zero pages, [first, count, ...] (criu-zero-pages.ts); absent in images from before them. */
+  zeroPages?: PageRuns;
 }
 
 interface PackedIndex {
@@ -41,57 +47,9 @@ export interface PagesSummary {
   files: number;
   rawBytes: number;
   storedBytes: number;
+  /** Of rawBytes, the zero pages a restore left out of CRIU's files (criu-zero-pages.ts). */
+  leftOutBytes?: number;
   seconds: number;
-}
-
-/**
- * Packs every pages-N.img of dir into pages-N.img.zst and removes the raw
- * one (never synced: its page cache is dropped unwritten). On a failure
- * the raw files stay as CRIU wrote them, which restore takes as they are.
- */
-export async function packCriuPages(dir: string, opts: { level?: number; workers?: number; codecs?: CodecPool } = {}): Promise<PagesSummary> {
-  const t0 = performance.now();
-  const files = readdirSync(dir)
-    .filter((n) => PAGES.test(n))
-    .map((name) => ({ name, rawBytes: statSync(join(dir, name)).size, frames: [] as number[] }));
-  const frames = files.flatMap((f, i) => Array.from({ length: Math.ceil(f.rawBytes / FRAME_BYTES) }, (_, k) => ({ file: i, offset: k * FRAME_BYTES, length: Math.min(FRAME_BYTES, f.rawBytes - k * FRAME_BYTES) })));
-  const codecs = opts.codecs ?? new CodecPool(opts.workers);
-  const fds = new Map<number, { fd: number; at: number }>();
-  try {
-    // Compressed in parallel, a window of frames ahead; written in order.
-    const window = 2 * codecs.size;
-    const results: Promise<Uint8Array>[] = [];
-    const launch = (i: number) => {
-      const f = frames[i];
-      if (!f) return;
-      results[i] = codecs.compressFile(join(dir, files[f.file]!.name), f.offset, f.length, opts.level ?? 1);
-      results[i]!.catch(() => undefined); // awaited in order below
-    };
-    for (let i = 0; i < Math.min(window, frames.length); i++) launch(i);
-    for (const f of files) if (!f.rawBytes) fds.set(files.indexOf(f), { fd: openSync(join(dir, f.name + PACKED), 'w', 0o600), at: 0 });
-    for (const [i, f] of frames.entries()) {
-      const out = await results[i]!;
-      launch(i + window);
-      delete results[i];
-      let w = fds.get(f.file);
-      if (!w) fds.set(f.file, (w = { fd: openSync(join(dir, files[f.file]!.name + PACKED), 'w', 0o600), at: 0 }));
-      for (let done = 0; done < out.length; ) done += writeSync(w.fd, out, done, out.length - done, w.at + done);
-      w.at += out.length;
-      files[f.file]!.frames.push(out.length);
-    }
-    for (const w of fds.values()) closeSync(w.fd);
-    fds.clear();
-    writeFileSync(join(dir, PACKED_INDEX), JSON.stringify({ format: FORMAT, frameBytes: FRAME_BYTES, files } satisfies PackedIndex), { mode: 0o600 });
-  } catch (e) {
-    for (const w of fds.values()) closeSync(w.fd);
-    for (const f of files) rmSync(join(dir, f.name + PACKED), { force: true });
-    rmSync(join(dir, PACKED_INDEX), { force: true });
-    throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot compress CRIU's pages: ${osErrorText(e)}`, { cause: e });
-  } finally {
-    if (!opts.codecs) await codecs.close();
-  }
-  for (const f of files) unlinkSync(join(dir, f.name));
-  return summaryOf(files, t0);
 }
 
 function sizesOf(files: PackedFile[]): Omit<PagesSummary, 'seconds'> {
@@ -102,7 +60,7 @@ function sizesOf(files: PackedFile[]): Omit<PagesSummary, 'seconds'> {
   };
 }
 
-function summaryOf(files: PackedFile[], t0: number): PagesSummary {
+export function summaryOf(files: PackedFile[], t0: number): PagesSummary {
   return { ...sizesOf(files), seconds: round((performance.now() - t0) / 1000) };
 }
 
@@ -117,18 +75,31 @@ export function readPackedIndex(dir: string): PackedIndex | undefined {
   } catch (e) {
     throw corrupt(`not JSON (${(e as Error).message})`);
   }
-  if (index?.format !== FORMAT) throw corrupt(`format ${JSON.stringify(index?.format)}, expected ${FORMAT}`);
+  if (index?.format !== PACKED_FORMAT) throw corrupt(`format ${JSON.stringify(index?.format)}, expected ${PACKED_FORMAT}`);
   if (!Number.isSafeInteger(index.frameBytes) || index.frameBytes <= 0 || index.frameBytes > 64 << 20 || !Array.isArray(index.files)) throw corrupt('bad frame size or file list');
   for (const f of index.files) {
     if (typeof f?.name !== 'string' || !PAGES.test(f.name) || !Number.isSafeInteger(f.rawBytes) || f.rawBytes < 0 || !Array.isArray(f.frames)) throw corrupt('bad file entry');
     if (f.frames.length !== Math.ceil(f.rawBytes / index.frameBytes)) throw corrupt(`${f.name}: ${f.frames.length} frames for ${f.rawBytes} bytes`);
     if (!f.frames.every((n) => Number.isSafeInteger(n) && n > 0)) throw corrupt(`${f.name}: bad frame length`);
+    if (f.zeroPages !== undefined && !areRuns(f.zeroPages, Math.floor(f.rawBytes / PAGE_BYTES))) throw corrupt(`${f.name}: bad zero pages`);
     const stored = join(dir, f.name + PACKED);
     const size = existsSync(stored) ? statSync(stored).size : -1;
     const expected = f.frames.reduce((a, b) => a + b, 0);
     if (size !== expected) throw new GpuckptError('IMAGE_TRUNCATED', `image is truncated: ${stored} holds ${size < 0 ? 'nothing' : `${size} bytes`}, ${expected} expected`);
   }
   return index;
+}
+
+/** True for page runs, ascending and apart, within pages. */
+function areRuns(runs: unknown, pages: number): boolean {
+  if (!Array.isArray(runs) || runs.length % 2) return false;
+  for (let i = 0, end = 0; i < runs.length; i += 2) {
+    const [first, count] = [runs[i] as unknown, runs[i + 1] as unknown];
+    if (!Number.isSafeInteger(first) || !Number.isSafeInteger(count) || (first as number) < end || (count as number) <= 0) return false;
+    end = (first as number) + (count as number) + 1;
+    if (end - 1 > pages) return false;
+  }
+  return true;
 }
 
 /** What dir's packed pages hold (inspect); undefined when CRIU's pages are raw or absent. */
@@ -178,29 +149,44 @@ export interface CriuScratch {
  * the run directory, else beside the image. Every frame is checked first by
  * zstd: a damaged image is refused before any process runs.
  */
-export async function unpackCriuDir(dir: string, opts: { workers?: number; signal?: AbortSignal } = {}): Promise<CriuScratch> {
+export async function unpackCriuDir(dir: string, opts: { workers?: number; codecs?: CodecPool; signal?: AbortSignal } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
   const index = readPackedIndex(dir);
   const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
-  const scratch = await makeScratch(rawBytes, dirname(dir));
+  const drops = new Map((index ? zeroDrops(dir, index) : []).map((d) => [d.file, d]));
+  const leftOut = (f: PackedFile) => runsPages(drops.get(f.name)?.dropped ?? []) * PAGE_BYTES;
+  const scratch = await makeScratch(rawBytes - (index?.files.reduce((n, f) => n + leftOut(f), 0) ?? 0), dirname(dir));
   const cleanup = () => rmSync(scratch, { recursive: true, force: true });
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
-    for (const name of readdirSync(dir)) if (name !== PACKED_INDEX && !packed.has(name) && !WRITTEN_BY_RESTORE.has(name)) symlinkSync(join(dir, name), join(scratch, name));
+    const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));
+    for (const name of readdirSync(dir)) {
+      if (name === PACKED_INDEX || packed.has(name) || WRITTEN_BY_RESTORE.has(name)) continue;
+      const bytes = rewritten.get(name);
+      if (bytes) writeFileSync(join(scratch, name), bytes, { mode: 0o600, flag: 'wx' });
+      else symlinkSync(join(dir, name), join(scratch, name));
+    }
     if (!index) return { dir: scratch, cleanup };
     for (const f of index.files) {
       const fd = openSync(join(scratch, f.name), 'wx', 0o600);
       try {
-        ftruncateSync(fd, f.rawBytes);
+        ftruncateSync(fd, f.rawBytes - leftOut(f));
       } finally {
         closeSync(fd);
       }
     }
-    const codecs = new CodecPool(opts.workers);
+    const codecs = opts.codecs ?? new CodecPool(opts.workers);
     try {
       // Every frame queued at once: the workers go on while the event loop
       // is busy with the restore's checks.
-      const done = framesOf(dir, index).map((f) => codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), f.dstOffset, f.rawLength, f.what));
+      const cursors = new Map<string, { at: number; before: number }>();
+      const done = framesOf(dir, index).map((f) => {
+        const drop = drops.get(f.name);
+        if (!drop) return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), f.dstOffset, f.rawLength, f.what);
+        if (!cursors.has(f.name)) cursors.set(f.name, { at: 0, before: 0 });
+        const { keep, dstPage } = frameLayout(drop.dropped, f.dstOffset / PAGE_BYTES, f.rawLength / PAGE_BYTES, cursors.get(f.name)!);
+        return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), dstPage * PAGE_BYTES, f.rawLength, f.what, keep);
+      });
       for (const d of done) d.catch(() => undefined);
       // Given up (the restore was refused meanwhile): the queued frames are
       // dropped by close(), which waits only for those under way.
@@ -212,13 +198,26 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; signa
       given.catch(() => undefined);
       await Promise.race([Promise.all(done), given]);
     } finally {
-      await codecs.close();
+      if (!opts.codecs) await codecs.close();
     }
-    return { dir: scratch, pages: summaryOf(index.files, t0), cleanup };
+    const dropped = index.files.reduce((n, f) => n + leftOut(f), 0);
+    return { dir: scratch, pages: { ...summaryOf(index.files, t0), ...(dropped ? { leftOutBytes: dropped } : {}) }, cleanup };
   } catch (e) {
     cleanup();
     throw e;
   }
+}
+
+/** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so. */
+function zeroDrops(dir: string, index: PackedIndex): ZeroDrop[] {
+  const zero = new Map(index.files.filter((f) => f.zeroPages?.length).map((f) => [f.name, f.zeroPages!]));
+  return zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
+}
+
+function runsPages(runs: PageRuns): number {
+  let n = 0;
+  for (let i = 1; i < runs.length; i += 2) n += runs[i]!;
+  return n;
 }
 
 /** A fresh scratch directory where bytes fit, stale ones of dead restores removed first. */

@@ -25,9 +25,9 @@ import { JobCut, rebuildJob } from '../engine/collective-cut.js';
 import { planDump } from '../engine/dump-plan.js';
 import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
-import { CodecPool } from '../engine/codec-pool.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
-import { packCriuPages, type PagesSummary } from '../engine/criu-pages.js';
+import { type PagesSummary } from '../engine/criu-pages.js';
+import { CriuPagesPacker } from '../engine/criu-pages-pack.js';
 import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { CRIU_DIR, writeProcessInfo, type ProcessInfo } from '../engine/restore-plan.js';
@@ -96,15 +96,17 @@ export async function checkpointProcess(
     nccl: comms.length > 0,
   };
   const notes: string[] = [];
-  // Its workers start while CRIU dumps; whoever made it closes it.
-  let packer: CodecPool | undefined;
-  const pack = async (dir: string): Promise<{ criuPages?: PagesSummary }> => {
-    if (opts.rawCriuPages) return {};
+  // CRIU's pages, packed as CRIU writes them (made once the processes are suspended).
+  let packer: CriuPagesPacker | undefined;
+  const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
+    if (!packer) return {};
     try {
-      return { criuPages: await packCriuPages(dir, { level: opts.level, codecs: (packer ??= new CodecPool(opts.workers)) }) };
+      return { criuPages: await packer.finish() };
     } catch (e) {
       notes.push(`CRIU's pages kept as CRIU wrote them: ${(e as Error).message}`);
       return {};
+    } finally {
+      packer = undefined;
     }
   };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
@@ -130,7 +132,8 @@ export async function checkpointProcess(
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
-      const packed = await pack(join(work, CRIU_DIR)).finally(() => packer?.close());
+      if (!opts.rawCriuPages) packer = new CriuPagesPacker(join(work, CRIU_DIR), { level: opts.level, workers: opts.workers });
+      const packed = await pack();
       const syncSeconds = await makeDurable(work, pid, 'running');
       await publishImage(work, target, !!opts.force);
       if (left.image.framework) notes.push(describeFrameworkUse(left.image.framework));
@@ -198,7 +201,7 @@ export async function checkpointProcess(
   // CRIU cannot dump a process connected to this controller.
   cut?.close();
   const d0 = performance.now();
-  if (!opts.rawCriuPages) packer = new CodecPool(opts.workers);
+  if (!opts.rawCriuPages) packer = new CriuPagesPacker(criuDir, { level: opts.level, workers: opts.workers });
   let dumpSeconds = 0;
   let syncSeconds = 0;
   let resumeFailure: unknown;
@@ -218,8 +221,8 @@ export async function checkpointProcess(
   };
   /** CRIU's files and every member's pool image made one image, durable, under its name; after: where the tree is meanwhile (makeDurable). */
   const complete = async (after: After) => {
-    // CRIU's pages are compressed while the pool images are finished.
-    const packing = pack(criuDir);
+    // CRIU's last pages are compressed while the pool images are finished.
+    const packing = pack();
     finished = await imagesDone.catch(async (e: unknown) => {
       await packing;
       throw e;
@@ -246,6 +249,7 @@ export async function checkpointProcess(
     try {
       interrupts?.check();
       mkdirSync(criuDir, { mode: 0o700 });
+      packer?.follow();
       if (opts.leaveRunning) {
         criuDump(criu, pid, criuDir, { leaveRunning: true, args: dump.args });
         dumped();
@@ -289,7 +293,7 @@ export async function checkpointProcess(
     }
   } finally {
     interrupts?.close();
-    await packer?.close();
+    await packer?.abandon(); // not finished: the dump failed
     await Promise.all(closing);
   }
   if (resumeFailure) throw resumeFailure;

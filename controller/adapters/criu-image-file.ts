@@ -1,0 +1,122 @@
+/**
+ * CRIU's image files (CRIU 3.x and 4.x): two u32 magics (the common one,
+ * then the file's own), then entries of a u32 length and a protobuf
+ * message. Just the wire format: what criu-files.ts and criu-memory.ts
+ * decode of it, and the entries criu-memory.ts writes back.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { GpuckptError } from '../base/errors.js';
+
+const IMG_COMMON_MAGIC = 0x54564319;
+
+/** One field of a protobuf message: its number, with its varint value or its bytes. */
+export interface ProtoField {
+  field: number;
+  value?: bigint;
+  bytes?: Uint8Array;
+}
+
+/** The fields of one protobuf message, in the order written (fixed-width ones skipped). */
+export function* protoFields(b: Uint8Array): Generator<ProtoField> {
+  let at = 0;
+  const varint = (): bigint => {
+    let v = 0n;
+    for (let shift = 0n; ; shift += 7n) {
+      if (at >= b.length || shift > 63n) throw new Error('truncated varint');
+      const byte = b[at++]!;
+      v |= BigInt(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return v;
+    }
+  };
+  const take = (n: number): Uint8Array => {
+    if (at + n > b.length) throw new Error('truncated field');
+    at += n;
+    return b.subarray(at - n, at);
+  };
+  while (at < b.length) {
+    const key = Number(varint());
+    const field = key >>> 3;
+    switch (key & 7) {
+      case 0:
+        yield { field, value: varint() };
+        break;
+      case 1:
+        take(8);
+        break;
+      case 2:
+        yield { field, bytes: take(Number(varint())) };
+        break;
+      case 5:
+        take(4);
+        break;
+      default:
+        throw new Error(`wire type ${key & 7}`);
+    }
+  }
+}
+
+/** A protobuf message of varint fields only, in the order given (undefined ones left out). */
+export function encodeVarintFields(fields: [number, bigint | number | undefined][]): Buffer {
+  const out: number[] = [];
+  const varint = (v: bigint) => {
+    do {
+      const low = Number(v & 0x7fn);
+      v >>= 7n;
+      out.push(v ? low | 0x80 : low);
+    } while (v);
+  };
+  for (const [field, value] of fields) {
+    if (value === undefined) continue;
+    varint(BigInt(field << 3));
+    varint(BigInt(value));
+  }
+  return Buffer.from(out);
+}
+
+/** The entries of a CRIU image file (with magic), or none when it is absent and optional. */
+export function criuEntries(dir: string, name: string, magic: number, optional: boolean): Uint8Array[] {
+  const file = join(dir, name);
+  let b: Buffer;
+  try {
+    b = readFileSync(file);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (optional && code === 'ENOENT') return [];
+    throw new GpuckptError('IMAGE_CORRUPT', `${file}: cannot read it (${code ?? (e as Error).message})`);
+  }
+  const out: Uint8Array[] = [];
+  if (b.length < 8 || b.readUInt32LE(0) !== IMG_COMMON_MAGIC || b.readUInt32LE(4) !== magic) throw new GpuckptError('IMAGE_CORRUPT', `${file}: not the CRIU image it should be`);
+  for (let at = 8; at < b.length; ) {
+    const len = at + 4 <= b.length ? b.readUInt32LE(at) : -1;
+    const entry = b.subarray(at + 4, at + 4 + len);
+    if (len < 0 || entry.length !== len) throw new GpuckptError('IMAGE_CORRUPT', `${file}: truncated entry at byte ${at}`);
+    out.push(entry);
+    at += 4 + len;
+  }
+  return out;
+}
+
+/** A CRIU image file's bytes: its magics, then each entry with its length. */
+export function criuImageBytes(magic: number, entries: Uint8Array[]): Buffer {
+  const head = Buffer.alloc(8);
+  head.writeUInt32LE(IMG_COMMON_MAGIC, 0);
+  head.writeUInt32LE(magic, 4);
+  const parts: Uint8Array[] = [head];
+  for (const e of entries) {
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(e.length, 0);
+    parts.push(len, e);
+  }
+  return Buffer.concat(parts);
+}
+
+/** read(), its decoding failures (a message too short, a bad wire type) reported as IMAGE_CORRUPT naming the file. */
+export function decodeCriu<T>(dir: string, name: string, read: () => T): T {
+  try {
+    return read();
+  } catch (e) {
+    if (e instanceof GpuckptError) throw e;
+    throw new GpuckptError('IMAGE_CORRUPT', `${join(dir, name)}: ${(e as Error).message}`);
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * Packing CRIU's page images (criu-pages.ts) as CRIU writes them: CRIU
+ * appends each pages-N.img in order, so a frame whose bytes are all there
+ * is final, and is compressed while CRIU dumps the rest (a 2-rank job's
+ * pack took 0.7 s after its dump, one process after another). What is left
+ * when CRIU is done (the last frames) is packed then, the index written and
+ * the raw files removed (never synced: their page cache is dropped
+ * unwritten). On a failure the raw files stay as CRIU wrote them, which
+ * restore takes as they are.
+ */
+import { closeSync, openSync, readdirSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { GpuckptError } from '../base/errors.js';
+import { Limiter } from '../base/limiter.js';
+import { osErrorText } from '../image/os-error.js';
+import { PAGE_BYTES } from '../adapters/criu-memory.js';
+import { CodecPool } from './codec-pool.js';
+import { addRun } from './criu-zero-pages.js';
+import { FRAME_BYTES, PACKED, PACKED_INDEX, PAGES, PACKED_FORMAT, summaryOf, type PackedFile, type PagesSummary } from './criu-pages.js';
+
+/** How often the directory is looked at while CRIU writes. */
+const FOLLOW_MS = 20;
+
+interface FileState extends PackedFile {
+  /** Frames handed to the workers so far. */
+  launched: number;
+  /** The last frame's write: each waits for the one before, so the file is written in order. */
+  tail: Promise<void>;
+  fd?: number;
+  at: number;
+}
+
+export class CriuPagesPacker {
+  private readonly files = new Map<string, FileState>();
+  private readonly codecs: CodecPool;
+  private readonly limiter: Limiter;
+  private readonly t0 = performance.now();
+  private timer: NodeJS.Timeout | undefined;
+  private failure: unknown;
+
+  constructor(
+    private readonly dir: string,
+    private readonly opts: { level?: number; workers?: number; codecs?: CodecPool } = {},
+  ) {
+    this.codecs = opts.codecs ?? new CodecPool(opts.workers);
+    // Compressed in parallel, a window of frames ahead of the writes.
+    this.limiter = new Limiter(2 * this.codecs.size);
+  }
+
+  /** While CRIU writes: each frame compressed once its bytes are all there. */
+  follow(): this {
+    const look = () => {
+      if (this.failure !== undefined) return;
+      try {
+        this.scan(false);
+      } catch (e) {
+        this.failure ??= e;
+      }
+      this.timer = setTimeout(look, FOLLOW_MS);
+      this.timer.unref();
+    };
+    look();
+    return this;
+  }
+
+  /** CRIU is done: the rest packed, the index written, the raw files removed. */
+  async finish(): Promise<PagesSummary> {
+    clearTimeout(this.timer);
+    try {
+      if (this.failure === undefined) this.scan(true);
+      const files = [...this.files.values()];
+      await Promise.all(files.map((f) => f.tail));
+      if (this.failure !== undefined) throw this.failure;
+      for (const f of files) if (f.fd === undefined) f.fd = openSync(join(this.dir, f.name + PACKED), 'w', 0o600); // an empty file
+      this.closeAll();
+      const index = files.map(({ name, rawBytes, frames, zeroPages }) => ({ name, rawBytes, frames, zeroPages }));
+      writeFileSync(join(this.dir, PACKED_INDEX), JSON.stringify({ format: PACKED_FORMAT, frameBytes: FRAME_BYTES, files: index }), { mode: 0o600 });
+      for (const f of files) unlinkSync(join(this.dir, f.name));
+      return summaryOf(index, this.t0);
+    } catch (e) {
+      this.removePacked();
+      throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot compress CRIU's pages: ${osErrorText(e)}`, { cause: e });
+    } finally {
+      if (!this.opts.codecs) await this.codecs.close();
+    }
+  }
+
+  /** Given up (the dump failed): nothing more is compressed; what was packed is removed, CRIU's files are left. */
+  async abandon(): Promise<void> {
+    clearTimeout(this.timer);
+    this.failure ??= new Error('given up');
+    await Promise.all([...this.files.values()].map((f) => f.tail));
+    this.removePacked();
+    if (!this.opts.codecs) await this.codecs.close();
+  }
+
+  /** Every pages file's frames not handed out yet: the whole ones, or (last) all. */
+  private scan(last: boolean): void {
+    for (const name of readdirSync(this.dir)) {
+      if (!PAGES.test(name)) continue;
+      const size = statSync(join(this.dir, name)).size;
+      let f = this.files.get(name);
+      if (!f) this.files.set(name, (f = { name, rawBytes: 0, frames: [], zeroPages: [], launched: 0, tail: Promise.resolve(), at: 0 }));
+      if (size < f.launched * FRAME_BYTES) throw new Error(`${name} shrank while CRIU wrote it`);
+      f.rawBytes = size;
+      const ready = last ? Math.ceil(size / FRAME_BYTES) : Math.floor(size / FRAME_BYTES);
+      for (; f.launched < ready; f.launched++) this.launch(f, f.launched * FRAME_BYTES, Math.min(FRAME_BYTES, size - f.launched * FRAME_BYTES));
+    }
+  }
+
+  private launch(f: FileState, offset: number, length: number): void {
+    const compressed = this.limiter.run(() => this.codecs.compressFile(join(this.dir, f.name), offset, length, this.opts.level ?? 1));
+    compressed.catch(() => undefined); // taken in order below
+    f.tail = f.tail.then(async () => {
+      const { data, zeroPages } = await compressed;
+      if (this.failure !== undefined) return;
+      for (let z = 0; z < zeroPages.length; z += 2) addRun(f.zeroPages!, offset / PAGE_BYTES + zeroPages[z]!, zeroPages[z + 1]!);
+      f.fd ??= openSync(join(this.dir, f.name + PACKED), 'w', 0o600);
+      for (let done = 0; done < data.length; ) done += writeSync(f.fd, data, done, data.length - done, f.at + done);
+      f.at += data.length;
+      f.frames.push(data.length);
+    }).catch((e: unknown) => {
+      this.failure ??= e;
+    });
+  }
+
+  private closeAll(): void {
+    for (const f of this.files.values()) if (f.fd !== undefined) closeSync(f.fd);
+    for (const f of this.files.values()) f.fd = undefined;
+  }
+
+  private removePacked(): void {
+    this.closeAll();
+    for (const f of this.files.values()) rmSync(join(this.dir, f.name + PACKED), { force: true });
+    rmSync(join(this.dir, PACKED_INDEX), { force: true });
+  }
+}
+
+/** Packs every pages-N.img of dir (CRIU done with it) into pages-N.img.zst and removes the raw one. */
+export function packCriuPages(dir: string, opts: { level?: number; workers?: number; codecs?: CodecPool } = {}): Promise<PagesSummary> {
+  return new CriuPagesPacker(dir, opts).finish();
+}

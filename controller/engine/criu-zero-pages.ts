@@ -1,0 +1,138 @@
+/**
+ * The zero pages a restore leaves out of CRIU's pages files: pages that
+ * packing found all zero (criu-pages.ts) in a process's private anonymous
+ * memory, which CRIU then leaves untouched, reading as zeros, instead of
+ * copying zeros into it. On a PyTorch job that is half of CRIU's pages, and
+ * the copy of them was half of `criu restore` (docs/ARCHITECTURE.md).
+ *
+ * Page runs are flat arrays [first, count, first, count, ...] of pages of
+ * one file, ascending and apart.
+ */
+import { anonPrivateRanges, pagesAllInFile, pagemapBytes, PAGE_BYTES, processPagemaps, type PagemapEntry, type ProcessPagemap } from '../adapters/criu-memory.js';
+
+export type PageRuns = number[];
+
+export interface ZeroDrop {
+  /** pages-N.img */
+  file: string;
+  /** Its pages left out. */
+  dropped: PageRuns;
+  /** The pagemap that leaves them out, in place of CRIU's. */
+  pagemap: { name: string; bytes: Buffer };
+}
+
+const P = BigInt(PAGE_BYTES);
+
+/**
+ * What a restore from dir leaves out, given the zero pages of each pages
+ * file and its size: nothing of a pages file whose pagemap is not plain
+ * (pages in a parent image, lazy pages, shared by two pagemaps) or does
+ * not account for the file exactly.
+ */
+export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
+  const pagemaps = processPagemaps(dir);
+  const users = new Map<string, number>();
+  for (const pm of pagemaps) users.set(pm.pagesFile, (users.get(pm.pagesFile) ?? 0) + 1);
+  const out: ZeroDrop[] = [];
+  for (const pm of pagemaps) {
+    const zero = zeroPages.get(pm.pagesFile);
+    const bytes = fileBytes.get(pm.pagesFile);
+    if (!zero?.length || bytes === undefined || users.get(pm.pagesFile) !== 1 || !pagesAllInFile(pm)) continue;
+    if (pm.entries.reduce((n, e) => n + e.pages, 0) * PAGE_BYTES !== bytes) continue;
+    const anon = anonPrivateRanges(dir, pm.pid);
+    const { kept, dropped } = leaveOut(pm, anonPageRuns(pm, anon), zero);
+    if (dropped.length) out.push({ file: pm.pagesFile, dropped, pagemap: { name: pm.name, bytes: pagemapBytes(pm, kept) } });
+  }
+  return out;
+}
+
+/** The pages of pm's file (in file order) whose addresses lie in the ranges, as runs. */
+function anonPageRuns(pm: ProcessPagemap, ranges: [bigint, bigint][]): PageRuns {
+  const runs: PageRuns = [];
+  let p = 0;
+  for (const e of pm.entries) {
+    const end = e.vaddr + BigInt(e.pages) * P;
+    for (const [s, t] of ranges) {
+      if (t <= e.vaddr || s >= end) continue;
+      const lo = s > e.vaddr ? s : e.vaddr;
+      const hi = t < end ? t : end;
+      const first = p + Number((lo - e.vaddr) / P);
+      addRun(runs, first, Number((hi - lo + P - 1n) / P));
+    }
+    p += e.pages;
+  }
+  return runs;
+}
+
+/** pm's entries without the pages in both run lists, and those pages. */
+function leaveOut(pm: ProcessPagemap, a: PageRuns, b: PageRuns): { kept: PagemapEntry[]; dropped: PageRuns } {
+  const dropped = intersect(a, b);
+  const kept: PagemapEntry[] = [];
+  let p = 0;
+  let d = 0;
+  for (const e of pm.entries) {
+    let at = p;
+    const end = p + e.pages;
+    const keep = (to: number) => {
+      if (to > at) kept.push({ ...e, vaddr: e.vaddr + BigInt(at - p) * P, pages: to - at });
+    };
+    while (d < dropped.length && dropped[d]! < end) {
+      const first = Math.max(dropped[d]!, p);
+      const last = Math.min(dropped[d]! + dropped[d + 1]!, end);
+      keep(first);
+      at = last;
+      if (dropped[d]! + dropped[d + 1]! > end) break; // the run goes on into the next entry
+      d += 2;
+    }
+    keep(end);
+    p = end;
+  }
+  return { kept, dropped };
+}
+
+/** The pages in both. */
+export function intersect(a: PageRuns, b: PageRuns): PageRuns {
+  const out: PageRuns = [];
+  for (let i = 0, j = 0; i < a.length && j < b.length; ) {
+    const lo = Math.max(a[i]!, b[j]!);
+    const ha = a[i]! + a[i + 1]!;
+    const hb = b[j]! + b[j + 1]!;
+    if (Math.min(ha, hb) > lo) addRun(out, lo, Math.min(ha, hb) - lo);
+    if (ha < hb) i += 2;
+    else j += 2;
+  }
+  return out;
+}
+
+/** Appends a run (first ascending), merged with the last one where they touch. */
+export function addRun(runs: PageRuns, first: number, count: number): void {
+  if (count <= 0) return;
+  const n = runs.length;
+  if (n && runs[n - 2]! + runs[n - 1]! >= first) runs[n - 1] = Math.max(runs[n - 2]! + runs[n - 1]!, first + count) - runs[n - 2]!;
+  else runs.push(first, count);
+}
+
+/**
+ * How frame [first, first + count) of a file lands in its copy without the
+ * dropped pages: the pages it keeps, as [from, to) byte ranges of the
+ * frame, and the page of the copy where the first of them goes. Frames are
+ * asked in order; `from` carries where the search in dropped goes on.
+ */
+export function frameLayout(dropped: PageRuns, first: number, count: number, from: { at: number; before: number }): { keep: number[]; dstPage: number } {
+  while (from.at < dropped.length && dropped[from.at]! + dropped[from.at + 1]! <= first) {
+    from.before += dropped[from.at + 1]!;
+    from.at += 2;
+  }
+  // A run begun before the frame and going on into it.
+  const straddling = from.at < dropped.length && dropped[from.at]! < first ? first - dropped[from.at]! : 0;
+  const keep: number[] = [];
+  const end = first + count;
+  let at = first;
+  for (let d = from.at; d < dropped.length && dropped[d]! < end; d += 2) {
+    const lo = Math.max(dropped[d]!, first);
+    if (lo > at) keep.push((at - first) * PAGE_BYTES, (lo - first) * PAGE_BYTES);
+    at = Math.min(dropped[d]! + dropped[d + 1]!, end);
+  }
+  if (end > at) keep.push((at - first) * PAGE_BYTES, (end - first) * PAGE_BYTES);
+  return { keep, dstPage: first - from.before - straddling };
+}
