@@ -12,6 +12,7 @@ import { GpuckptError } from '../base/errors.js';
 import { DumpGate } from './criu-gate.js';
 import { exitOf, killProcess, reapIfChild, waitChildEnd, type ChildExit } from './processes.js';
 import { logsDir } from './run-dir.js';
+import { log, logEnabled } from '../base/log.js';
 import { packageRoot } from '../../native/index.js';
 
 export interface Criu {
@@ -76,8 +77,9 @@ function firstError(log: string): string {
 }
 
 /**
- * A copy of a failed dump's or restore's log that outlives its working
- * directory: <run dir>/logs/criu-WHAT-TIME.log (the newest 20 kept).
+ * A copy of a failed (or, at debug, any) restore's log, or a failed dump's,
+ * that outlives its working directory: <run dir>/logs/criu-WHAT-TIME.log
+ * (the newest 20 kept).
  */
 function keepLog(log: string, what: string): string {
   const dir = logsDir();
@@ -217,6 +219,8 @@ export async function criuRestoreTree(
     }
     throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
   }
+  // At debug a restore's log outlives the scratch directory: where CRIU's time went.
+  if (logEnabled('debug')) log('debug', 'criu', `restore log kept at ${keepLog(join(dir, 'restore.log'), 'restore')}`);
   // Wrapped: an async function returning the promise itself would wait for it.
   return { done: opts.detach ? Promise.resolve(exit) : waitChildEnd(root) };
 }

@@ -17,6 +17,7 @@ import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.
 import { unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
 import { memberImageDir, stagingShare } from '../engine/members.js';
 import { PoolLoader } from '../engine/pool-loader.js';
+import { CodecPool } from '../engine/codec-pool.js';
 import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
@@ -63,6 +64,7 @@ export async function restoreProcess(
   let parents: ImageReader[] | undefined;
   let fds: RestoreFds | undefined;
   let scratch: Promise<CriuScratch> | undefined;
+  let codecs: CodecPool | undefined;
   const refused = new AbortController(); // a check failing stops the unpacking
   try {
     const chain = await openChain(reader);
@@ -74,14 +76,19 @@ export async function restoreProcess(
     const info = readProcessInfo(dir);
     // CRIU's pages are unpacked while the checks run (they touch nothing but
     // a scratch directory); the pool images wait for every core until then.
-    scratch = unpackCriuDir(dir, { workers: opts.workers, signal: refused.signal });
+    // The same workers go on to the first pool image: started again there,
+    // 32 of them took 0.3 s before CRIU could start.
+    codecs = new CodecPool(opts.workers);
+    scratch = unpackCriuDir(dir, { codecs, signal: refused.signal });
     scratch.catch(() => undefined); // awaited below, or cleaned up in finally
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
     // The GPU checks call the driver: its start (cuInit, 0.3-0.5 s with no
     // other process on the GPU, cli/driver-warmup.ts) is awaited off the
     // event loop, which meanwhile feeds the unpacking.
+    const clock = new PhaseClock('restore', t0);
     await native().warmDriver();
+    clock.mark('driver');
     const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
     for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
     await waitPidsFree(info.tree!);
@@ -90,14 +97,14 @@ export async function restoreProcess(
       checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
     });
     fds = restoreFds(dir, info);
-    const clock = new PhaseClock('restore', t0);
+    // Mostly the wait for the PIDs the tree needs: the checkpointed processes' exit, and their reaping.
     clock.mark('checks');
 
     // The pool images are decompressed while CRIU brings the processes back.
     const unpacked = await scratch;
     clock.mark('unpack');
     parents = undefined; // the first loader's now
-    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length) }, i === 0 ? chain : undefined));
+    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
     const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
     fds.close();
     unpacked.cleanup(); // CRIU has read it
@@ -128,6 +135,7 @@ export async function restoreProcess(
     const c0 = performance.now();
     const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
     await Promise.all(loaders.splice(0).map((l) => l.close()));
+    await codecs.close(); // the first loader's workers, and their mapping of its staging
     const summary: ProcessRestoreSummary = {
       image: reader.path,
       pid: info.pid,
@@ -158,6 +166,7 @@ export async function restoreProcess(
     await scratch?.then((s) => s.cleanup(), () => undefined);
     await Promise.all((parents ?? []).map((p) => p.close()));
     await Promise.all(loaders.map((l) => l.close()));
+    await codecs?.close();
     await Promise.all(readers.map((r) => r.close()));
   }
 }

@@ -30,6 +30,7 @@ const ROWS = [
   ["… the pools' allocations (raw)", 'pool_raw_bytes', undefined, 'GB', {}],
   ["… CRIU's pages (raw; stored compressed)", 'criu_pages_raw_bytes', undefined, 'GB', {}],
   ['restore, whole process (CRIU + GPU)', 'restore_s', 'anchor_restore_s', 's', { torch: 4, [ISSUE26]: 'x4' }],
+  ["… CRIU's zero pages of private anonymous memory, left out of the restore", 'restore_criu_pages_left_out_bytes', undefined, 'GB', {}],
   ['suspend: GPU free (anchor: driver lock + checkpoint)', 'suspend_gpu_free_s', 'anchor_gpu_free_s', 's', { 'pool-16g': 0.8 }],
   ['… suspend again: into the host memory the suspend before kept', 'suspend_again_gpu_free_s', undefined, 's', { 'pool-16g': 0.8 }],
   ['resume (anchor: driver restore + unlock)', 'resume_s', 'anchor_driver_restore_s', 's', { 'pool-16g': 0.8 }],
@@ -361,7 +362,7 @@ function table(name, r) {
       "Where a whole-process restore's time goes",
       ' `criu` counts from the start (image checks included); `load`, decompressing the pool image, runs meanwhile; `cleanup`, freeing the staging, comes after the application runs again and is not in the total.',
     ),
-    phaseLine(r, 'restore_phase.', "Where a whole-process restore's time goes, step by step (unpack: CRIU's pages, beyond the checks; load: the pools' decompression beyond CRIU's time)"),
+    phaseLine(r, 'restore_phase.', "Where a whole-process restore's time goes, step by step (driver: its start, cuInit, from the command's; checks: the chip, the PIDs free, room on the GPUs; unpack: CRIU's pages, beyond the checks; load: the pools' decompression beyond CRIU's time)"),
   ].filter(Boolean);
   if (phases.length) out.push('', ...phases);
   out.push('');

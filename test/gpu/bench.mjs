@@ -627,7 +627,9 @@ async function benchWorkload(h, runs, w) {
       add('pool_raw_bytes', ck.rawBytes);
       if (ck.criuPages) add('criu_pages_raw_bytes', ck.criuPages.rawBytes);
       for (const [k, v] of Object.entries(ck.phases ?? {})) add(`ckpt_phase.${k}_s`, v);
+      keepCriuLog(path.join(img, 'criu', 'dump.log'), `${w.name}-${i}-dump`);
       const rs = await traced(h, ['restore', img, '--detach', '--json'], `${w.name}-${i}-restore`);
+      keepCriuLog(keptRestoreLog(`${w.name}-${i}-restore`), `${w.name}-${i}-restore`);
       add('restore_s', rs.seconds);
       add('restore.criu_s', rs.criuSeconds);
       add('restore.load_s', rs.loadSeconds);
@@ -635,6 +637,7 @@ async function benchWorkload(h, runs, w) {
       for (const [k, v] of Object.entries(rs.resume?.phases ?? {})) add(`restore.${k}_s`, v);
       for (const [k, v] of Object.entries(rs.phases ?? {})) add(`restore_phase.${k}_s`, v);
       if (rs.criuPages) add('restore_criu_pages_unpack_s', rs.criuPages.seconds);
+      if (rs.criuPages) add('restore_criu_pages_left_out_bytes', rs.criuPages.leftOutBytes ?? 0);
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });
 
@@ -677,6 +680,21 @@ async function traced(h, args, name) {
   const dir = process.env.OUT;
   if (process.env.BENCH_TRACE !== '1' || !dir) return h.cliJson(args, 600_000);
   return h.cliJson(args, 600_000, { GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
+}
+
+/** BENCH_TRACE=1: CRIU's own log (-v4, each line stamped) beside the command's trace, as $OUT/criu-<name>.log. */
+function keepCriuLog(log, name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir || !log || !fs.existsSync(log)) return;
+  fs.copyFileSync(log, path.join(dir, `criu-${name}.log`));
+}
+
+/** The restore log the controller kept at debug (controller/adapters/criu.ts), named in its trace. */
+function keptRestoreLog(name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir) return undefined;
+  const trace = fs.readFileSync(path.join(dir, `trace-${name}.log`), 'utf8');
+  return /restore log kept at (\S+)/.exec(trace)?.[1];
 }
 
 function summarize(metrics) {
