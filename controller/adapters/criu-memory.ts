@@ -12,6 +12,7 @@
  * holds the vma_entry's: start 1, end 2, status 7.
  */
 import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { criuEntries, criuImageBytes, decodeCriu, encodeVarintFields, protoFields } from './criu-image-file.js';
 
 const PAGEMAP_MAGIC = 0x56084025;
@@ -95,7 +96,7 @@ export function pagesAllInFile(pm: ProcessPagemap): boolean {
 /** The private anonymous mappings of pid, [start, end) in address order, from its mm-PID.img; none if there is no such file. */
 export function anonPrivateRanges(dir: string, pid: number): [bigint, bigint][] {
   const name = `mm-${pid}.img`;
-  if (!existsSync(`${dir}/${name}`)) return [];
+  if (!existsSync(join(dir, name))) return [];
   return decodeCriu(dir, name, () => {
     const out: [bigint, bigint][] = [];
     for (const mm of criuEntries(dir, name, MM_MAGIC, false))

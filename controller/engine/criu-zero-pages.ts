@@ -26,8 +26,8 @@ const P = BigInt(PAGE_BYTES);
 /**
  * What a restore from dir leaves out, given the zero pages of each pages
  * file and its size: nothing of a pages file whose pagemap is not plain
- * (pages in a parent image, lazy pages, shared by two pagemaps) or does
- * not account for the file exactly.
+ * (pages in a parent image, shared by two pagemaps) or does not account
+ * for the file exactly.
  */
 export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
   const pagemaps = processPagemaps(dir);
