@@ -126,7 +126,14 @@ describe('CRIU pages', () => {
     const index = JSON.parse(readFileSync(indexPath, 'utf8'));
     index.files[0].zeroPages.splice(0, 2, 0, 2); // page 1 holds data
     writeFileSync(indexPath, JSON.stringify(index));
-    await expect(unpackCriuDir(dir, { workers: 2 })).rejects.toMatchObject({ code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 0: the page at byte 4096 is not zero, as its index says$/) });
+    const falseZero = { code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 0: the page at byte 4096 is not zero, as its index says$/) };
+    await expect(unpackCriuDir(dir, { workers: 2 })).rejects.toMatchObject(falseZero);
+    const codecs = new CodecPool(2);
+    try {
+      await expect(verifyCriuPages(dir, codecs)).rejects.toMatchObject(falseZero); // inspect says so too
+    } finally {
+      await codecs.close();
+    }
 
     const other = join(root, 'memory-parent');
     mkdirSync(other);

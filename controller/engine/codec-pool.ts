@@ -15,7 +15,7 @@ export type CodecTask =
   | { id: number; op: 'map'; base: bigint; size: number }
   | { id: number; op: 'compress'; offset: number; length: number; level: number; planes: PlanesMode }
   | { id: number; op: 'decompress'; src: FrameSource; offset: number; length: number; what: string; planes?: 2 | 4 }
-  | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string }
+  | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string; keep?: number[] }
   | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
   | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
   | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string; keep?: number[] };
@@ -110,9 +110,10 @@ export class CodecPool {
     await this.pool.run({ op: 'decompress', src, offset, length, what, ...(planes ? { planes } : {}) });
   }
 
-  async verify(compressed: Uint8Array, length: number, what: string): Promise<void> {
+  /** Checks a frame decompresses whole; with keep, that what lies outside its [from, to) byte ranges is zero pages. */
+  async verify(compressed: Uint8Array, length: number, what: string, keep?: number[]): Promise<void> {
     const buf = ownBuffer(compressed);
-    await this.pool.run({ op: 'verify', compressed: buf, length, what }, [buf]);
+    await this.pool.run({ op: 'verify', compressed: buf, length, what, ...(keep ? { keep } : {}) }, [buf]);
   }
 
   /**

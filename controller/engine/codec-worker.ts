@@ -49,9 +49,11 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       copy.set(digests);
       return { reply: { id: task.id, data: copy.buffer }, transfer: [copy.buffer] };
     }
-    case 'verify':
-      decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length));
+    case 'verify': {
+      const raw = decompressFrame(new Uint8Array(task.compressed), task.length, task.what, scratch(task.length));
+      if (task.keep) refuseLeftOutNonZero(raw, task.keep, task.what);
       return { reply: { id: task.id }, transfer: [] };
+    }
     case 'compressFile': {
       const raw = readRange(task.path, task.offset, task.length, scratch(task.length));
       const out = compressFrame(raw, task.level);
@@ -64,14 +66,7 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       const compressed = readRange(task.src, task.srcOffset, task.srcLength, scratchOf(compressedScratch, task.srcLength));
       const raw = decompressFrame(compressed, task.length, task.what, scratch(task.length));
       const keep = task.keep ?? [0, raw.length];
-      // What is left out must be what packing said: zero pages.
-      let at = 0;
-      for (let i = 0; i <= keep.length; i += 2) {
-        const to = i < keep.length ? keep[i]! : raw.length;
-        for (let p = at; p < to; p += PAGE)
-          if (!isZero(raw.subarray(p, Math.min(p + PAGE, to)))) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${task.what}: the page at byte ${p} is not zero, as its index says`);
-        at = keep[i + 1] ?? raw.length;
-      }
+      refuseLeftOutNonZero(raw, keep, task.what);
       writeSparse(task.dst, task.dstOffset, raw, keep);
       return { reply: { id: task.id }, transfer: [] };
     }
@@ -80,6 +75,17 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
 
 const PAGE = 4096;
 const ZERO_PAGE = new Uint8Array(PAGE);
+
+/** What lies outside the [from, to) ranges keep must be what packing said: zero pages (else IMAGE_DATA_CORRUPT). */
+function refuseLeftOutNonZero(raw: Uint8Array, keep: number[], what: string): void {
+  let at = 0;
+  for (let i = 0; i <= keep.length; i += 2) {
+    const to = i < keep.length ? keep[i]! : raw.length;
+    for (let p = at; p < to; p += PAGE)
+      if (!isZero(raw.subarray(p, Math.min(p + PAGE, to)))) throw new GpuckptError('IMAGE_DATA_CORRUPT', `image data is corrupt: ${what}: the page at byte ${p} is not zero, as its index says`);
+    at = keep[i + 1] ?? raw.length;
+  }
+}
 
 /**
  * The [from, to) ranges `keep` of raw, one after the other, at offset of an

@@ -120,12 +120,22 @@ function framesOf(dir: string, index: PackedIndex) {
   });
 }
 
-/** Proves every packed frame of dir intact (gpuckpt inspect); nothing when CRIU's pages are raw. */
+/** Proves every packed frame of dir intact, and its zero pages zero (gpuckpt inspect); nothing when CRIU's pages are raw. */
 export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<void> {
   const index = readPackedIndex(dir);
   if (!index) return;
   const limiter = new Limiter(2 * codecs.size); // compressed bytes read ahead of the workers
-  await Promise.all(framesOf(dir, index).map((f) => limiter.run(() => codecs.verify(readRange(f.src, f.srcOffset, f.srcLength, Buffer.allocUnsafe(f.srcLength)), f.rawLength, f.what))));
+  const zero = new Map(index.files.filter((f) => f.zeroPages?.length).map((f) => [f.name, f.zeroPages!]));
+  const cursors = new Map<string, { at: number; before: number }>();
+  await Promise.all(
+    framesOf(dir, index).map((f) => {
+      const runs = zero.get(f.name);
+      if (runs && !cursors.has(f.name)) cursors.set(f.name, { at: 0, before: 0 });
+      // The frame's pages outside its zero runs; its last, partial page is never in one.
+      const keep = runs && frameLayout(runs, f.dstOffset / PAGE_BYTES, Math.ceil(f.rawLength / PAGE_BYTES), cursors.get(f.name)!).keep.map((b) => Math.min(b, f.rawLength));
+      return limiter.run(() => codecs.verify(readRange(f.src, f.srcOffset, f.srcLength, Buffer.allocUnsafe(f.srcLength)), f.rawLength, f.what, keep));
+    }),
+  );
 }
 
 /**
