@@ -120,19 +120,38 @@ function framesOf(dir: string, index: PackedIndex) {
   });
 }
 
+/** Each packed file's runs of zero pages, by name (none for images from before them). */
+function zeroRunsOf(index: PackedIndex): Map<string, PageRuns> {
+  return new Map(index.files.filter((f) => f.zeroPages?.length).map((f) => [f.name, f.zeroPages!]));
+}
+
+type Frame = ReturnType<typeof framesOf>[number];
+
+/**
+ * For frames asked in file order: how each lands without the pages in its
+ * file's runs (frameLayout), its keep ranges within its bytes (a last,
+ * partial page is never in a run); undefined for a file without runs.
+ */
+function frameLayouts(runsOf: Map<string, PageRuns>): (f: Frame) => { keep: number[]; dstPage: number } | undefined {
+  const cursors = new Map<string, { at: number; before: number }>();
+  return (f) => {
+    const runs = runsOf.get(f.name);
+    if (!runs) return undefined;
+    if (!cursors.has(f.name)) cursors.set(f.name, { at: 0, before: 0 });
+    const { keep, dstPage } = frameLayout(runs, f.dstOffset / PAGE_BYTES, Math.ceil(f.rawLength / PAGE_BYTES), cursors.get(f.name)!);
+    return { keep: keep.map((b) => Math.min(b, f.rawLength)), dstPage };
+  };
+}
+
 /** Proves every packed frame of dir intact, and its zero pages zero (gpuckpt inspect); nothing when CRIU's pages are raw. */
 export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<void> {
   const index = readPackedIndex(dir);
   if (!index) return;
   const limiter = new Limiter(2 * codecs.size); // compressed bytes read ahead of the workers
-  const zero = new Map(index.files.filter((f) => f.zeroPages?.length).map((f) => [f.name, f.zeroPages!]));
-  const cursors = new Map<string, { at: number; before: number }>();
+  const layout = frameLayouts(zeroRunsOf(index));
   await Promise.all(
     framesOf(dir, index).map((f) => {
-      const runs = zero.get(f.name);
-      if (runs && !cursors.has(f.name)) cursors.set(f.name, { at: 0, before: 0 });
-      // The frame's pages outside its zero runs; its last, partial page is never in one.
-      const keep = runs && frameLayout(runs, f.dstOffset / PAGE_BYTES, Math.ceil(f.rawLength / PAGE_BYTES), cursors.get(f.name)!).keep.map((b) => Math.min(b, f.rawLength));
+      const keep = layout(f)?.keep;
       return limiter.run(() => codecs.verify(readRange(f.src, f.srcOffset, f.srcLength, Buffer.allocUnsafe(f.srcLength)), f.rawLength, f.what, keep));
     }),
   );
@@ -189,13 +208,10 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     try {
       // Every frame queued at once: the workers go on while the event loop
       // is busy with the restore's checks.
-      const cursors = new Map<string, { at: number; before: number }>();
+      const layout = frameLayouts(new Map([...drops.values()].map((d) => [d.file, d.dropped])));
       const done = framesOf(dir, index).map((f) => {
-        const drop = drops.get(f.name);
-        if (!drop) return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), f.dstOffset, f.rawLength, f.what);
-        if (!cursors.has(f.name)) cursors.set(f.name, { at: 0, before: 0 });
-        const { keep, dstPage } = frameLayout(drop.dropped, f.dstOffset / PAGE_BYTES, f.rawLength / PAGE_BYTES, cursors.get(f.name)!);
-        return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), dstPage * PAGE_BYTES, f.rawLength, f.what, keep);
+        const placed = layout(f);
+        return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), placed ? placed.dstPage * PAGE_BYTES : f.dstOffset, f.rawLength, f.what, placed?.keep);
       });
       for (const d of done) d.catch(() => undefined);
       // Given up (the restore was refused meanwhile): the queued frames are
@@ -220,7 +236,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
 
 /** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so. */
 function zeroDrops(dir: string, index: PackedIndex): ZeroDrop[] {
-  const zero = new Map(index.files.filter((f) => f.zeroPages?.length).map((f) => [f.name, f.zeroPages!]));
+  const zero = zeroRunsOf(index);
   return zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
 }
 

@@ -458,10 +458,9 @@ export async function resumeProcess(
     if (!opts.keepImage && tempDirOwner(basename(where)) === pid) rmSync(where, { recursive: true, force: true });
     // What a checkpoint was making from the held data, half made, and its
     // pool image's writing beside it, left by a controller that died.
-    for (const dir of opts.keepImage ? [] : (layout?.halfMade ?? [])) {
-      if (tempDirOwner(basename(dir)) === pid) rmSync(dir, { recursive: true, force: true });
-      await removeStaleTempDirs(dirname(dir));
-    }
+    const halfMade = opts.keepImage ? [] : (layout?.halfMade ?? []);
+    for (const dir of halfMade) if (tempDirOwner(basename(dir)) === pid) rmSync(dir, { recursive: true, force: true });
+    for (const parent of new Set(halfMade.map((dir) => dirname(dir)))) await removeStaleTempDirs(parent);
     return {
       pid,
       image: where,

@@ -98,6 +98,7 @@ export async function checkpointProcess(
   const notes: string[] = [];
   // CRIU's pages, packed as CRIU writes them (made once the processes are suspended).
   let packer: CriuPagesPacker | undefined;
+  const packerFor = (dir: string) => (opts.rawCriuPages ? undefined : new CriuPagesPacker(dir, { level: opts.level, workers: opts.workers }));
   const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
     if (!packer) return {};
     try {
@@ -132,7 +133,7 @@ export async function checkpointProcess(
     const left = await checkpointLeavingRunning(primary, work, CRIU_DIR, criu, dump, { ...opts, finalImage: target });
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
-      if (!opts.rawCriuPages) packer = new CriuPagesPacker(join(work, CRIU_DIR), { level: opts.level, workers: opts.workers });
+      packer = packerFor(join(work, CRIU_DIR));
       const packed = await pack();
       const syncSeconds = await makeDurable(work, pid, 'running');
       await publishImage(work, target, !!opts.force);
@@ -201,7 +202,7 @@ export async function checkpointProcess(
   // CRIU cannot dump a process connected to this controller.
   cut?.close();
   const d0 = performance.now();
-  if (!opts.rawCriuPages) packer = new CriuPagesPacker(criuDir, { level: opts.level, workers: opts.workers });
+  packer = packerFor(criuDir);
   let dumpSeconds = 0;
   let syncSeconds = 0;
   let resumeFailure: unknown;
