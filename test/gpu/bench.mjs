@@ -36,6 +36,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { syncTree } from '../../dist/controller/image/durable.js';
 import { heldRounds } from './gpu-held.mjs';
+import { keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
 
 const GiB = 2 ** 30;
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -670,31 +671,6 @@ async function benchWorkload(h, runs, w) {
     p.close();
   }
   return medians(m);
-}
-
-/**
- * h.cliJson, and with BENCH_TRACE=1 the command's debug trace (each line
- * stamped with the seconds since it started) kept in $OUT/trace-<name>.log.
- */
-async function traced(h, args, name) {
-  const dir = process.env.OUT;
-  if (process.env.BENCH_TRACE !== '1' || !dir) return h.cliJson(args, 600_000);
-  return h.cliJson(args, 600_000, { GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
-}
-
-/** BENCH_TRACE=1: CRIU's own log (-v4, each line stamped) beside the command's trace, as $OUT/criu-<name>.log. */
-function keepCriuLog(log, name) {
-  const dir = process.env.OUT;
-  if (process.env.BENCH_TRACE !== '1' || !dir || !log || !fs.existsSync(log)) return;
-  fs.copyFileSync(log, path.join(dir, `criu-${name}.log`));
-}
-
-/** The restore log the controller kept at debug (controller/adapters/criu.ts), named in its trace. */
-function keptRestoreLog(name) {
-  const dir = process.env.OUT;
-  if (process.env.BENCH_TRACE !== '1' || !dir) return undefined;
-  const trace = fs.readFileSync(path.join(dir, `trace-${name}.log`), 'utf8');
-  return /restore log kept at (\S+)/.exec(trace)?.[1];
 }
 
 function summarize(metrics) {

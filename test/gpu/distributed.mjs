@@ -29,12 +29,17 @@
 //                         restore cycles with CRIU's pages raw and restores
 //                         from a cold page cache (raw,cold,raw_cold);
 //                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
-//                         on each shape's first image.
+//                         on each shape's first image, and smaps_top.mjs on
+//                         its suspended processes; BENCH_TRACE=1 keeps
+//                         each checkpoint's and restore's trace and CRIU's
+//                         logs in $OUT (traces.mjs).
 // One `measure` line per verb with its times.
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
+import { readProcFile } from './proc-files.mjs';
+import { keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
 
 export async function runDistributed(h) {
   const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, measure, tmpRoot, gpuUuids, gpuMemoryOf, gpuInfo, say, running, endPids } = h;
@@ -91,17 +96,33 @@ export async function runDistributed(h) {
       await sleep(100);
     }
   }
+  /** Until no process, not even a zombie, holds a PID of pids: what a restore under them needs. */
+  async function untilPidsFree(pids, what, ms = 30_000) {
+    const t0 = Date.now();
+    while (pids.some((p) => fs.existsSync(`/proc/${p}`))) {
+      if (Date.now() - t0 > ms) throw failure(`${what}: a PID of ${pids.join(', ')} is still taken`);
+      await sleep(20);
+    }
+  }
   const ranksOf = (launcher) => {
     const kids = [];
+    // A thread or process may end while it is read: what is gone has no children.
+    const read = readProcFile;
     const walk = (p) => {
-      for (const t of fs.readdirSync(`/proc/${p}/task`))
-        for (const c of fs.readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').split(' ').filter(Boolean)) {
+      let tasks = [];
+      try {
+        tasks = fs.readdirSync(`/proc/${p}/task`);
+      } catch (e) {
+        if (e.code !== 'ENOENT') throw e;
+      }
+      for (const t of tasks)
+        for (const c of read(`/proc/${p}/task/${t}/children`).split(' ').filter(Boolean)) {
           kids.push(Number(c));
           walk(Number(c));
         }
     };
     walk(launcher);
-    return kids.filter((k) => fs.readFileSync(`/proc/${k}/maps`, 'utf8').includes('libgpuckpt.so') && Object.keys(gpuMemoryOf(k)).length);
+    return kids.filter((k) => read(`/proc/${k}/maps`).includes('libgpuckpt.so') && Object.keys(gpuMemoryOf(k)).length);
   };
   const ENV = { NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', PYTHONUNBUFFERED: '1' };
   const torchrun = ['torchrun', '--standalone', '--nproc_per_node=2', SCRIPT];
@@ -293,8 +314,12 @@ export async function runDistributed(h) {
         add(`${prefix}_gpu_only_pause_s`, g.pauseSeconds);
         add(`${prefix}_gpu_only_s`, g.seconds);
         fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
+        const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
         const s = await cliJson(['suspend', String(job), '--json'], 600_000);
         add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
+        // Suspended, each process holds what CRIU would dump: where that memory lies.
+        if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
+          for (const pid of members) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/smaps_top.mjs'), String(pid), '12'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${prefix} smaps: `));
         const r = await cliJson(['resume', String(job), '--json'], 600_000);
         add(`${prefix}_resume_s`, r.seconds);
         await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
@@ -303,14 +328,20 @@ export async function runDistributed(h) {
           // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first).
           const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}`;
           const C = path.join(dir, 'C');
-          const ck = await cliJson(['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], 600_000);
+          const name = `ddp-${tag}-${i + 1}`;
+          const tree = [job, ...ranksOf(job)];
+          const ck = await traced(h, ['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], `${name}-checkpoint`);
+          keepCriuLog(path.join(C, 'criu', 'dump.log'), `${name}-dump`);
           await untilGone(job, `${tag}: after checkpoint`, 60_000);
+          // Reaped too (init here reaps orphans up to a second late): the restore is timed, not this host's init.
+          await untilPidsFree(tree, `${tag}: after checkpoint`);
           add(`${tag}_ckpt_s`, ck.seconds);
           add(`${tag}_image_bytes`, du(C));
           if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));
           if (cycle.cold) dropFromCache(C);
           const t0 = performance.now();
-          const rs = await cliJson(['restore', C, '--detach', '--json'], 600_000);
+          const rs = await traced(h, ['restore', C, '--detach', '--json'], `${name}-restore`);
+          keepCriuLog(keptRestoreLog(`${name}-restore`), `${name}-restore`);
           add(`${tag}_restore_s`, (performance.now() - t0) / 1000);
           fs.rmSync(C, { recursive: true, force: true });
           await untilStep(dir, n() + 2, `${tag}: after restore`, 120_000, nproc);

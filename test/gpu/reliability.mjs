@@ -21,6 +21,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { readProcFile } from './proc-files.mjs';
 
 export async function runReliability(h) {
   const { ROOT, App, test, Skip, failure, sleep, cliCommand, track, cliJson, expectSame, launchViaFifo, gpuMemoryOf, snapPath, measure } = h;
@@ -162,14 +163,7 @@ export async function runReliability(h) {
     const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
     const gone = new Promise((r) => ctl.on('close', r));
     // A child listed may end before it is read (the controller's short-lived helpers): not CRIU dumping.
-    const read = (file) => {
-      try {
-        return fs.readFileSync(file, 'utf8');
-      } catch (e) {
-        if (e.code === 'ENOENT' || e.code === 'ESRCH') return '';
-        throw e;
-      }
-    };
+    const read = readProcFile;
     const kids = (q) => (read(`/proc/${q}/task/${q}/children`).match(/\d+/g) ?? []).map(Number);
     const dumping = () => kids(ctl.pid).some((c) => read(`/proc/${c}/cmdline`).split('\0').includes('dump'));
     for (let t0 = Date.now(); !dumping(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');

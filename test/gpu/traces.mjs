@@ -1,0 +1,31 @@
+/**
+ * BENCH_TRACE=1 with $OUT set: where a benchmark's commands spent their
+ * time. Each traced command's debug log, and CRIU's own logs, go to $OUT.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * h.cliJson, and with BENCH_TRACE=1 the command's debug trace (each line
+ * stamped with the seconds since it started) kept in $OUT/trace-<name>.log.
+ */
+export async function traced(h, args, name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir) return h.cliJson(args, 600_000);
+  return h.cliJson(args, 600_000, { GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
+}
+
+/** BENCH_TRACE=1: CRIU's own log (-v4, each line stamped) beside the command's trace, as $OUT/criu-<name>.log. */
+export function keepCriuLog(log, name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir || !log || !fs.existsSync(log)) return;
+  fs.copyFileSync(log, path.join(dir, `criu-${name}.log`));
+}
+
+/** The restore log the controller kept at debug (controller/adapters/criu.ts), named in its trace. */
+export function keptRestoreLog(name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir) return undefined;
+  const trace = fs.readFileSync(path.join(dir, `trace-${name}.log`), 'utf8');
+  return /restore log kept at (\S+)/.exec(trace)?.[1];
+}
