@@ -18,6 +18,7 @@ const { packCriuPages, CriuPagesPacker } = await engine('criu-pages-pack');
 const { CodecPool } = await engine('codec-pool');
 const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
+const { criuImageBytes, encodeVarintFields, protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-pages-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -168,6 +169,31 @@ describe('CRIU pages', () => {
     expect(intersect([0, 10, 20, 5], [5, 20])).toEqual([5, 5, 20, 5]);
     // A size the pagemap does not account for: nothing left out.
     expect(planZeroDrops(dir, new Map([['pages-1.img', [0, 1027]]]), new Map([['pages-1.img', 1028 * PAGE]]))).toEqual([]);
+  });
+
+  it('the pages left out when entries span mappings, or come out of address order', () => {
+    const dir = join(root, 'plan-order');
+    mkdirSync(dir);
+    const A = 0x7f0000000000n;
+    const at = (page: number) => A + BigInt(page * PAGE);
+    // Private anonymous mappings: pages 0-9 and 20-29 (between them: not anonymous).
+    const vmas = [[at(0), at(10)], [at(20), at(30)]].map(([s, e]) => encodeVarintFields([[1, s], [2, e], [7, 1 | (1 << 9)]]));
+    const mm = Buffer.concat(vmas.flatMap((v) => [Buffer.from([(14 << 3) | 2, v.length]), v]));
+    writeFileSync(join(dir, 'mm-7.img'), criuImageBytes(0x57492820, [mm]));
+    // In file order: 5 pages at 20 (anonymous), then 25 pages at 0 (0-9 anonymous, 10-19 not, 20-24 anonymous).
+    const entry = (page: number, n: number) => encodeVarintFields([[1, at(page)], [2, 0], [4, 4 | 2], [5, n]]);
+    writeFileSync(join(dir, 'pagemap-7.img'), criuImageBytes(0x56084025, [encodeVarintFields([[1, 3]]), entry(20, 5), entry(0, 25)]));
+    const [drop] = planZeroDrops(dir, new Map([['pages-3.img', [0, 30]]]), new Map([['pages-3.img', 30 * PAGE]]));
+    // File pages 0-4 (addresses 20-24), 5-14 (0-9) and 25-29 (20-24): anonymous; 15-24 (10-19): not.
+    expect(drop.dropped).toEqual([0, 15, 25, 5]);
+    expect(drop.pagemap.name).toBe('pagemap-7.img');
+  });
+
+  it('varints: numbers and addresses as BigInt, up to 64 bits, read back as written', () => {
+    const values = [0n, 1n, 127n, 128n, 300n, 0x7fff12345000n, BigInt(Number.MAX_SAFE_INTEGER), BigInt(Number.MAX_SAFE_INTEGER) + 1n, 2n ** 64n - 1n];
+    const fields = [...protoFields(encodeVarintFields(values.map((v, i) => [i + 1, v])))];
+    expect(fields.map((f) => f.value)).toEqual(values);
+    expect([...protoFields(encodeVarintFields([[1, 5], [2, undefined], [3, 2 ** 40]]))]).toEqual([{ field: 1, value: 5n }, { field: 3, value: 2n ** 40n }]);
   });
 
   it('packing follows CRIU as it writes: whole frames are packed before CRIU is done, the rest after', async () => {

@@ -59,7 +59,15 @@ export function* protoFields(b: Uint8Array): Generator<ProtoField> {
 /** A protobuf message of varint fields only, in the order given (undefined ones left out). */
 export function encodeVarintFields(fields: [number, bigint | number | undefined][]): Buffer {
   const out: number[] = [];
-  const varint = (v: bigint) => {
+  // In Number arithmetic where exact (addresses are below 2^53): with
+  // BigInt's, writing the pagemaps took 40 % of a restore's plan (profiled).
+  const varint = (v: bigint | number) => {
+    if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER)) v = Number(v);
+    if (typeof v === 'number') {
+      for (; v >= 0x80; v = Math.floor(v / 0x80)) out.push((v % 0x80) | 0x80);
+      out.push(v);
+      return;
+    }
     do {
       const low = Number(v & 0x7fn);
       v >>= 7n;
@@ -68,8 +76,8 @@ export function encodeVarintFields(fields: [number, bigint | number | undefined]
   };
   for (const [field, value] of fields) {
     if (value === undefined) continue;
-    varint(BigInt(field << 3));
-    varint(BigInt(value));
+    varint(field << 3);
+    varint(value);
   }
   return Buffer.from(out);
 }
@@ -99,16 +107,16 @@ export function criuEntries(dir: string, name: string, magic: number, optional: 
 
 /** A CRIU image file's bytes: its magics, then each entry with its length. */
 export function criuImageBytes(magic: number, entries: Uint8Array[]): Buffer {
-  const head = Buffer.alloc(8);
-  head.writeUInt32LE(IMG_COMMON_MAGIC, 0);
-  head.writeUInt32LE(magic, 4);
-  const parts: Uint8Array[] = [head];
+  const out = Buffer.allocUnsafe(entries.reduce((n, e) => n + 4 + e.length, 8));
+  out.writeUInt32LE(IMG_COMMON_MAGIC, 0);
+  out.writeUInt32LE(magic, 4);
+  let at = 8;
   for (const e of entries) {
-    const len = Buffer.alloc(4);
-    len.writeUInt32LE(e.length, 0);
-    parts.push(len, e);
+    out.writeUInt32LE(e.length, at);
+    out.set(e, at + 4);
+    at += 4 + e.length;
   }
-  return Buffer.concat(parts);
+  return out;
 }
 
 /** read(), its decoding failures (a message too short, a bad wire type) reported as IMAGE_CORRUPT naming the file. */

@@ -8,6 +8,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { GpuckptError, type ErrorCode } from './errors.js';
+import { log, logEnabled } from './log.js';
 
 export interface WorkerReply {
   id: number;
@@ -30,8 +31,14 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
 
   /** what: the pool's name in its errors ("codec": "codec worker failed: ..."). */
   constructor(script: URL, count: number, private readonly what: string, workerData?: unknown) {
+    const t0 = performance.now();
+    let online = 0;
+    const started = () => {
+      if (++online === count) log('debug', what, `${count} workers started in ${((performance.now() - t0) / 1000).toFixed(3)} s`);
+    };
     for (let i = 0; i < count; i++) {
       const worker = new Worker(script, { workerData });
+      if (logEnabled('debug')) worker.once('online', started);
       worker.on('message', (r: Reply) => this.settle(r));
       worker.on('error', (e) => this.failAll(e));
       this.slots.push({ worker, busy: 0 });

@@ -11,6 +11,8 @@ import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync,
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { Limiter } from '../base/limiter.js';
+import { log, logEnabled } from '../base/log.js';
+import { PhaseClock } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
 import { readRange } from '../image/file-range.js';
 import { ownRunDir } from '../adapters/run-dir.js';
@@ -180,10 +182,15 @@ export interface CriuScratch {
  */
 export async function unpackCriuDir(dir: string, opts: { workers?: number; codecs?: CodecPool; signal?: AbortSignal } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
+  const clock = new PhaseClock('criu pages unpack', t0); // the trace's steps
   const index = readPackedIndex(dir);
+  clock.mark('index');
   const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
   const drops = new Map((index ? zeroDrops(dir, index) : []).map((d) => [d.file, d]));
   const leftOut = (f: PackedFile) => runsPages(drops.get(f.name)?.dropped ?? []) * PAGE_BYTES;
+  clock.mark('plan');
+  if (logEnabled('debug'))
+    log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
   const scratch = await makeScratch(rawBytes - (index?.files.reduce((n, f) => n + leftOut(f), 0) ?? 0), dirname(dir));
   const cleanup = () => rmSync(scratch, { recursive: true, force: true });
   try {
@@ -196,6 +203,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
       else symlinkSync(join(dir, name), join(scratch, name));
     }
     if (!index) return { dir: scratch, cleanup };
+    clock.mark('scratch');
     for (const f of index.files) {
       const fd = openSync(join(scratch, f.name), 'wx', 0o600);
       try {
@@ -223,6 +231,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
       });
       given.catch(() => undefined);
       await Promise.race([Promise.all(done), given]);
+      clock.mark('frames');
     } finally {
       if (!opts.codecs) await codecs.close();
     }

@@ -46,14 +46,24 @@ export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fil
   return out;
 }
 
-/** The pages of pm's file (in file order) whose addresses lie in the ranges, as runs. */
+/**
+ * The pages of pm's file (in file order) whose addresses lie in the ranges
+ * (sorted, apart), as runs. Entries come in address order, so one sweep
+ * does, not every entry against every mapping (thousands of each on a
+ * PyTorch rank).
+ */
 function anonPageRuns(pm: ProcessPagemap, ranges: [bigint, bigint][]): PageRuns {
   const runs: PageRuns = [];
   let p = 0;
+  let from = 0;
+  let last = -1n;
   for (const e of pm.entries) {
     const end = e.vaddr + BigInt(e.pages) * P;
-    for (const [s, t] of ranges) {
-      if (t <= e.vaddr || s >= end) continue;
+    if (e.vaddr < last) from = 0; // out of order: search from the start
+    last = e.vaddr;
+    while (from < ranges.length && ranges[from]![1] <= e.vaddr) from++;
+    for (let r = from; r < ranges.length && ranges[r]![0] < end; r++) {
+      const [s, t] = ranges[r]!;
       const lo = s > e.vaddr ? s : e.vaddr;
       const hi = t < end ? t : end;
       const first = p + Number((lo - e.vaddr) / P);
