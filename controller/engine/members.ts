@@ -7,6 +7,7 @@ import { rmSync } from 'node:fs';
 import { freemem } from 'node:os';
 import { join } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { defaultWorkerCount } from './codec-pool.js';
 import type { CheckpointOptions } from './pool-image.js';
 import { resumeProcess, suspendProcess, type HandOff, type SuspendSummary } from './suspend.js';
 
@@ -24,9 +25,18 @@ export function memberOptions<T extends CheckpointOptions>(opts: T, m: number, f
   return onWriter ? { ...opts, onWriter: (w, dir) => onWriter(w, [first ? '' : memberImageDir(m), dir].filter(Boolean).join('/')) } : opts;
 }
 
-/** Each of n pools moved at once gets an nth of the staging limit (default: half of free host memory). */
-export function stagingShare(limit: bigint | undefined, n: number): { stagingLimit?: bigint } {
-  return n > 1 ? { stagingLimit: (limit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n) } : {};
+/**
+ * Each of n pools moved at once gets an nth of the staging limit (default:
+ * half of free host memory) and of the codec workers: a 2-rank job's three
+ * pools started 93 workers on 32 cores, in 0.44-0.48 s against 0.12 s for
+ * one pool's 31, and each pause waits for its pool's start.
+ */
+export function memberShare(opts: { stagingLimit?: bigint; workers?: number }, n: number): { stagingLimit?: bigint; workers?: number } {
+  if (n <= 1) return {};
+  return {
+    stagingLimit: (opts.stagingLimit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n),
+    workers: Math.max(1, Math.floor((opts.workers ?? defaultWorkerCount()) / n)),
+  };
 }
 
 /**
@@ -35,7 +45,7 @@ export function stagingShare(limit: bigint | undefined, n: number): { stagingLim
  * first failure is thrown: the job runs on as it was.
  */
 export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean; handOff?: HandOff }): Promise<SuspendSummary[]> {
-  const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...stagingShare(opts.stagingLimit, images.size), to })));
+  const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...memberShare(opts, images.size), to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   const done = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
   if (!failed) return done;

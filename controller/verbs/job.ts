@@ -14,7 +14,7 @@ import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
 import { JobCut } from '../engine/collective-cut.js';
 import { readJob, type Job } from '../engine/job-plan.js';
-import { MEMBERS_DIR, memberImageDir, memberOptions, stagingShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, memberImageDir, memberOptions, memberShare, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
@@ -195,7 +195,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   };
   let images: CheckpointSummary[];
   try {
-    const share = stagingShare(opts.stagingLimit, job.members.length);
+    const share = memberShare(opts, job.members.length);
     const results = await Promise.allSettled(job.members.map((m) => checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...share }, running)));
     const bad = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (bad) throw bad.reason;

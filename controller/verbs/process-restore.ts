@@ -15,7 +15,7 @@ import { round } from '../base/units.js';
 import { rebuildJob } from '../engine/collective-cut.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
-import { memberImageDir, stagingShare } from '../engine/members.js';
+import { memberImageDir, memberShare } from '../engine/members.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { CodecPool } from '../engine/codec-pool.js';
 import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
@@ -104,7 +104,7 @@ export async function restoreProcess(
     const unpacked = await scratch;
     clock.mark('unpack');
     parents = undefined; // the first loader's now
-    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...stagingShare(opts.stagingLimit, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
+    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...memberShare(opts, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
     const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
     fds.close();
     unpacked.cleanup(); // CRIU has read it
