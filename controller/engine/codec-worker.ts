@@ -65,9 +65,8 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       // Two buffers: the frame's compressed bytes, then its raw bytes.
       const compressed = readRange(task.src, task.srcOffset, task.srcLength, scratchOf(compressedScratch, task.srcLength));
       const raw = decompressFrame(compressed, task.length, task.what, scratch(task.length));
-      const keep = task.keep ?? [0, raw.length];
-      refuseLeftOutNonZero(raw, keep, task.what);
-      writeSparse(task.dst, task.dstOffset, raw, keep);
+      if (task.keep) refuseLeftOutNonZero(raw, task.keep, task.what);
+      writeSparse(task.dst, task.dstOffset, raw, task.keep ?? [0, raw.length]);
       return { reply: { id: task.id }, transfer: [] };
     }
   }

@@ -188,10 +188,11 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
   const drops = new Map((index ? zeroDrops(dir, index) : []).map((d) => [d.file, d]));
   const leftOut = (f: PackedFile) => runsPages(drops.get(f.name)?.dropped ?? []) * PAGE_BYTES;
+  const leftOutBytes = index?.files.reduce((n, f) => n + leftOut(f), 0) ?? 0;
   clock.mark('plan');
   if (logEnabled('debug'))
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
-  const scratch = await makeScratch(rawBytes - (index?.files.reduce((n, f) => n + leftOut(f), 0) ?? 0), dirname(dir));
+  const scratch = await makeScratch(rawBytes - leftOutBytes, dirname(dir));
   const cleanup = () => rmSync(scratch, { recursive: true, force: true });
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
@@ -235,8 +236,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     } finally {
       if (!opts.codecs) await codecs.close();
     }
-    const dropped = index.files.reduce((n, f) => n + leftOut(f), 0);
-    return { dir: scratch, pages: { ...summaryOf(index.files, t0), ...(dropped ? { leftOutBytes: dropped } : {}) }, cleanup };
+    return { dir: scratch, pages: { ...summaryOf(index.files, t0), ...(leftOutBytes ? { leftOutBytes } : {}) }, cleanup };
   } catch (e) {
     cleanup();
     throw e;

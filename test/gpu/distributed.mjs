@@ -30,7 +30,7 @@
 //                         from a cold page cache (raw,cold,raw_cold);
 //                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
 //                         on each shape's first image, and smaps_top.mjs on
-//                         its suspended processes; BENCH_TRACE=1 keeps
+//                         its processes while suspended; BENCH_TRACE=1 keeps
 //                         each checkpoint's and restore's trace and CRIU's
 //                         logs in $OUT (traces.mjs).
 // One `measure` line per verb with its times.
@@ -107,7 +107,6 @@ export async function runDistributed(h) {
   const ranksOf = (launcher) => {
     const kids = [];
     // A thread or process may end while it is read: what is gone has no children.
-    const read = readProcFile;
     const walk = (p) => {
       let tasks = [];
       try {
@@ -116,13 +115,13 @@ export async function runDistributed(h) {
         if (e.code !== 'ENOENT') throw e;
       }
       for (const t of tasks)
-        for (const c of read(`/proc/${p}/task/${t}/children`).split(' ').filter(Boolean)) {
+        for (const c of readProcFile(`/proc/${p}/task/${t}/children`).split(' ').filter(Boolean)) {
           kids.push(Number(c));
           walk(Number(c));
         }
     };
     walk(launcher);
-    return kids.filter((k) => read(`/proc/${k}/maps`).includes('libgpuckpt.so') && Object.keys(gpuMemoryOf(k)).length);
+    return kids.filter((k) => readProcFile(`/proc/${k}/maps`).includes('libgpuckpt.so') && Object.keys(gpuMemoryOf(k)).length);
   };
   const ENV = { NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', PYTHONUNBUFFERED: '1' };
   const torchrun = ['torchrun', '--standalone', '--nproc_per_node=2', SCRIPT];
@@ -317,7 +316,8 @@ export async function runDistributed(h) {
         const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
         const s = await cliJson(['suspend', String(job), '--json'], 600_000);
         add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
-        // Suspended, each process holds what CRIU would dump: where that memory lies.
+        // Where each process's memory lies while suspended (the pool held in its own
+        // memory: a checkpoint hands that off before CRIU dumps, so this is not CRIU's view).
         if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
           for (const pid of members) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/smaps_top.mjs'), String(pid), '12'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${prefix} smaps: `));
         const r = await cliJson(['resume', String(job), '--json'], 600_000);
@@ -332,9 +332,8 @@ export async function runDistributed(h) {
           const tree = [job, ...ranksOf(job)];
           const ck = await traced(h, ['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], `${name}-checkpoint`);
           keepCriuLog(path.join(C, 'criu', 'dump.log'), `${name}-dump`);
-          await untilGone(job, `${tag}: after checkpoint`, 60_000);
-          // Reaped too (init here reaps orphans up to a second late): the restore is timed, not this host's init.
-          await untilPidsFree(tree, `${tag}: after checkpoint`);
+          // Gone and reaped (init here reaps orphans up to a second late): the restore is timed, not this host's init.
+          await untilPidsFree(tree, `${tag}: after checkpoint`, 60_000);
           add(`${tag}_ckpt_s`, ck.seconds);
           add(`${tag}_image_bytes`, du(C));
           if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));

@@ -163,9 +163,8 @@ export async function runReliability(h) {
     const ctl = track(spawn(cmd, argv, { cwd: ROOT, env, stdio: 'ignore' }));
     const gone = new Promise((r) => ctl.on('close', r));
     // A child listed may end before it is read (the controller's short-lived helpers): not CRIU dumping.
-    const read = readProcFile;
-    const kids = (q) => (read(`/proc/${q}/task/${q}/children`).match(/\d+/g) ?? []).map(Number);
-    const dumping = () => kids(ctl.pid).some((c) => read(`/proc/${c}/cmdline`).split('\0').includes('dump'));
+    const kids = (q) => (readProcFile(`/proc/${q}/task/${q}/children`).match(/\d+/g) ?? []).map(Number);
+    const dumping = () => kids(ctl.pid).some((c) => readProcFile(`/proc/${c}/cmdline`).split('\0').includes('dump'));
     for (let t0 = Date.now(); !dumping(); await sleep(2)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not start');
     return { ctl, gone };
   }

@@ -1,5 +1,5 @@
-// Which mappings of a process hold the memory CRIU will dump: the largest
-// by anonymous resident bytes, from /proc/PID/smaps. Run on a GPU host:
+// Which mappings of a process hold its anonymous memory (what CRIU dumps of it),
+// grouped by name, largest first, from /proc/PID/smaps. Run on a GPU host:
 //   node test/gpu/probes/smaps_top.mjs PID [N]
 import { readFileSync } from 'node:fs';
 
