@@ -443,7 +443,10 @@ function buildProgram(): Command {
     .allowUnknownOption()
     .helpOption(false)
     .argument('[args...]')
-    .action((args: string[]) => {
+    .action(() => {
+      // The words as given: commander drops the `--` that ends run's own
+      // options, and the program's options would then be taken for run's.
+      const args = process.argv.slice(process.argv.indexOf('__run-plan') + 1);
       const sub = new Command('run')
         .exitOverride()
         .configureOutput({ writeOut: () => undefined, writeErr: () => undefined })
