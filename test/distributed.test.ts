@@ -175,6 +175,24 @@ describe('a job of two ranks', () => {
   });
 });
 
+describe('a launcher that starts the driver but makes no context (torchrun)', () => {
+  it('is given no context by any verb, while the ranks still pin their staging', async () => {
+    // A context is ~520 MiB of GPU state that every driver checkpoint of the
+    // launcher would then save: staging had been pinned through one.
+    const job = await startJob('idle-launcher', ['launch', '2', '100000', '20'], { DDP_LAUNCHER_CUDA: '1', FAKE_CUDA_TRACE: box.path('trace-%p') });
+    const calls = (pid: number) => readFileSync(box.path(`trace-${pid}`), 'utf8').split('\n');
+    expect(calls(job.pid)).toContain('cuInit');
+    for (const verb of [['checkpoint', '--gpu-only', '-o', box.path('idle-g')], ['suspend'], ['resume'], ['checkpoint', '--leave-running', '-o', box.path('idle-l')]]) {
+      const r = cli([verb[0]!, 'idle-launcher', ...verb.slice(1)]);
+      expect([verb[0], r.stderr]).toEqual([verb[0], '']);
+      if (verb[0] !== 'suspend') expect(await progresses(job)).toBe(true);
+    }
+    expect(calls(job.pid).filter((c) => /^cu(DevicePrimaryCtxRetain|CtxCreate|MemHostRegister)/.test(c))).toEqual([]);
+    expect(calls(job.ranks()[1]!)).toContain('cuMemHostRegister_v2');
+    endJob(job);
+  });
+});
+
 describe('a checkpoint that fails after the dump', () => {
   it("its image not made complete while CRIU waits: every rank resumed from its pool image, the job trains on, no image", async () => {
     const args = ['launch', '2', '400', '10'];

@@ -435,10 +435,10 @@ int gp_bounce_create(int device, struct gp_bounce **out)
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->changed, NULL);
     CUresult cu = CUDA_SUCCESS;
-    if (gp_contexts_use_primary(device, &cu) == 0)
+    if (device >= 0 && gp_contexts_use_primary(device, &cu) == 0) /* -1: no GPU memory, nothing to pin for */
         cu = GP_REAL(cuMemHostRegister_v2)(b->ring, b->ring_bytes, CU_MEMHOSTREGISTER_PORTABLE);
-    b->pinned = cu == CUDA_SUCCESS;
-    if (!b->pinned) /* still correct, at the speed of pageable memory */
+    b->pinned = device >= 0 && cu == CUDA_SUCCESS;
+    if (!b->pinned && device >= 0) /* still correct, at the speed of pageable memory */
         GP_WARN("bounce", "the %llu MiB ring could not be pinned (CUresult %d)",
                 (unsigned long long)(b->ring_bytes >> 20), (int)cu);
     *out = b;

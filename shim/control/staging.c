@@ -157,7 +157,7 @@ static int prep_start(struct gp_staging *s, int device, bool fault)
     p->device = device;
     /* Retained here, once, so the workers only make it current. */
     CUresult cu = CUDA_SUCCESS;
-    if (gp_contexts_use_primary(device, &cu))
+    if (device >= 0 && gp_contexts_use_primary(device, &cu)) /* -1: no GPU memory to copy, nothing to pin for */
         GP_WARN("staging", "no context on device %d (CUresult %d): copies go through pageable memory", device, (int)cu);
     s->prep = p;
     start_workers(p);
@@ -180,7 +180,7 @@ static void prep_finish(struct gp_staging *s)
     uint32_t failed = 0;
     for (uint32_t i = 0; i < p->pieces; i++)
         failed += p->state[i] == PIECE_READY && !p->pinned[i];
-    if (failed)
+    if (failed && p->device >= 0)
         GP_WARN("staging", "%u of %u pieces of staging could not be pinned: their copies went through pageable memory",
                 failed, p->pieces);
     CUresult cu = CUDA_SUCCESS;

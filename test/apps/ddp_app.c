@@ -15,6 +15,9 @@
  *                          and broadcast on it every step
  *              DDP_REGISTER=1 register the gradients with NCCL (a
  *                          registration a checkpoint must refuse)
+ *              DDP_LAUNCHER_CUDA=1 the launcher starts the driver and
+ *                          counts the GPUs, and makes no context
+ *                          (torchrun's agent)
  * Every third step's all-reduce runs inside ncclGroupStart/End. SIGUSR1
  * makes a rank spend 3 s outside NCCL before its next step (a rank stuck
  * in its own work while its peers wait in a collective). */
@@ -209,6 +212,11 @@ static int launch(const char *self, int nranks, const char *steps, const char *s
     pid_t pids[16];
     if (nranks < 1 || nranks > 16)
         die("rank count", nranks);
+    if (getenv("DDP_LAUNCHER_CUDA")) { /* as torchrun does (torch.cuda.device_count): the driver, no context */
+        int ndev = 0;
+        CHECK(cuInit(0), "cuInit");
+        CHECK(cuDeviceGetCount(&ndev), "cuDeviceGetCount");
+    }
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {

@@ -138,7 +138,14 @@ static void load_config(void)
 
     const char *trace = getenv("FAKE_CUDA_TRACE");
     if (trace && *trace) {
-        g_trace_fd = open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        /* "%p" in the path: a file per process (a job's launcher and ranks share the setting) */
+        char path[4096];
+        const char *p = strstr(trace, "%p");
+        if (p)
+            snprintf(path, sizeof path, "%.*s%d%s", (int)(p - trace), trace, (int)getpid(), p + 2);
+        else
+            snprintf(path, sizeof path, "%s", trace);
+        g_trace_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (g_trace_fd < 0)
             fprintf(stderr, "fake-cuda: cannot open FAKE_CUDA_TRACE %s\n", trace);
     }
