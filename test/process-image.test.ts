@@ -247,7 +247,8 @@ describe('whole-process checkpoint', () => {
   ])('Ctrl-C %s: the job is brought back at the next safe point, no image, exit 130', async (_, atCriu) => {
     const { app, ready } = await start();
     const out = box.path(`interrupted-${atCriu}`);
-    const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_LOG: 'warn' });
+    // CRIU dumps for 2 s: a CLI's ps to see the job suspended takes its time, and the signal must land before the checkpoint ends.
+    const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_LOG: 'warn', FAKE_CRIU_DUMP_DELAY_MS: '2000' });
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "../interpose/contexts.h"
+#include "../interpose/gate.h"
 #include "../interpose/log.h"
 #include "../interpose/shim.h"
 #include "communicators.h"
@@ -55,16 +56,20 @@ static int destroy_one(struct gp_comm *c, char *why, size_t n)
     }
     /* Finalize flushes what the communicator has in flight (the cut made
      * sure every peer launched it), destroy frees it. */
+    uint64_t t0 = gp_now_ns();
     ncclResult_t r = finalize(c->real);
     if (r == ncclInProgress || r == ncclSuccess)
         r = wait_ready(c->real);
     if (r != ncclSuccess)
         return call_error("ncclCommFinalize", r, why, n), -EIO;
+    uint64_t t1 = gp_now_ns();
     pthread_rwlock_wrlock(&gp_comms_life);
     r = destroy(c->real);
     if (r == ncclSuccess)
         c->real = NULL;
     pthread_rwlock_unlock(&gp_comms_life);
+    GP_DEBUG("nccl", "communicator %d of %d torn down: finalize %.3f s, destroy %.3f s", c->rank, c->nranks,
+             (double)(t1 - t0) / 1e9, (double)(gp_now_ns() - t1) / 1e9);
     return r == ncclSuccess ? 0 : (call_error("ncclCommDestroy", r, why, n), -EIO);
 }
 

@@ -39,7 +39,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 import { readProcFile } from './proc-files.mjs';
-import { keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
+import { appTraceEnv, keepAppLog, keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
 
 export async function runDistributed(h) {
   const { ROOT, BIN_DIR, GPUCKPT, test, Skip, failure, sleep, cliJson, runCli, measure, tmpRoot, gpuUuids, gpuMemoryOf, gpuInfo, say, running, endPids } = h;
@@ -303,7 +303,7 @@ export async function runDistributed(h) {
   async function benchShape(prefix, nproc, gib, runs, add) {
     const dir = fs.mkdtempSync(path.join(tmpRoot, `bench-${prefix}-`));
     const args = ['torchrun', '--standalone', `--nproc_per_node=${nproc}`, SCRIPT];
-    const job = startJob(dir, 'bench', args, { ...ENV, DDP_OUT: dir, DDP_STEPS: '100000', DDP_STEP_SLEEP: '0.05', DDP_BUFFER_GIB: String(gib) });
+    const job = startJob(dir, 'bench', args, { ...ENV, DDP_OUT: dir, DDP_STEPS: '100000', DDP_STEP_SLEEP: '0.05', DDP_BUFFER_GIB: String(gib), ...appTraceEnv() });
     const n = () => lines(dir, 0).length;
     try {
       await untilStep(dir, 3, `${prefix}: start`, 120_000, nproc);
@@ -366,6 +366,8 @@ export async function runDistributed(h) {
     } catch (e) {
       endAll();
       throw e;
+    } finally {
+      keepAppLog(path.join(dir, 'bench.log'), `ddp-${prefix}`);
     }
   }
 

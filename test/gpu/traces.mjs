@@ -29,3 +29,15 @@ export function keptRestoreLog(name) {
   const trace = fs.readFileSync(path.join(dir, `trace-${name}.log`), 'utf8');
   return /restore log kept at (\S+)/.exec(trace)?.[1];
 }
+
+/** BENCH_TRACE=1: the application's environment for its shim to log at debug. */
+export function appTraceEnv() {
+  return process.env.BENCH_TRACE === '1' && process.env.OUT ? { GPUCKPT_LOG: 'debug' } : {};
+}
+
+/** BENCH_TRACE=1: the application's log (its shim's debug lines), as $OUT/trace-<name>-app.log. */
+export function keepAppLog(log, name) {
+  const dir = process.env.OUT;
+  if (process.env.BENCH_TRACE !== '1' || !dir || !fs.existsSync(log)) return;
+  fs.copyFileSync(log, path.join(dir, `trace-${name}-app.log`));
+}
