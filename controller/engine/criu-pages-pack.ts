@@ -125,8 +125,10 @@ export class CriuPagesPacker {
   }
 
   private closeAll(): void {
-    for (const f of this.files.values()) if (f.fd !== undefined) closeSync(f.fd);
-    for (const f of this.files.values()) f.fd = undefined;
+    for (const f of this.files.values()) {
+      if (f.fd !== undefined) closeSync(f.fd);
+      f.fd = undefined;
+    }
   }
 
   private removePacked(): void {

@@ -26,7 +26,7 @@ import { planDump } from '../engine/dump-plan.js';
 import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
-import { type PagesSummary } from '../engine/criu-pages.js';
+import type { PagesSummary } from '../engine/criu-pages.js';
 import { CriuPagesPacker } from '../engine/criu-pages-pack.js';
 import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';

@@ -36,7 +36,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { syncTree } from '../../dist/controller/image/durable.js';
 import { heldRounds } from './gpu-held.mjs';
-import { keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
+import { appTraceEnv, keepAppLog, keepCriuLog, keptRestoreLog, traced } from './traces.mjs';
 
 const GiB = 2 ** 30;
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -497,10 +497,10 @@ function poolDoesNotFit(h, gib, gpus) {
  */
 async function benchWorkload(h, runs, w) {
   // BENCH_TRACE=1: the application's shim traces too, kept beside the commands'.
-  const trace = process.env.BENCH_TRACE === '1' && process.env.OUT;
-  if (trace) process.env.GPUCKPT_LOG = 'debug';
+  const appEnv = appTraceEnv();
+  Object.assign(process.env, appEnv);
   const p = w.launch();
-  if (trace) delete process.env.GPUCKPT_LOG;
+  for (const k of Object.keys(appEnv)) delete process.env[k];
   const m = {};
   const add = (k, v) => (m[k] ??= []).push(v);
   const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
@@ -667,7 +667,7 @@ async function benchWorkload(h, runs, w) {
     }
     await p.send('quit', 'bye').catch(() => undefined);
   } finally {
-    if (trace && fs.existsSync(path.join(p.dir, 'out.err'))) fs.copyFileSync(path.join(p.dir, 'out.err'), path.join(trace, `trace-${w.name}-app.log`));
+    keepAppLog(path.join(p.dir, 'out.err'), w.name);
     p.close();
   }
   return medians(m);
