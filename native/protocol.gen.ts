@@ -1,7 +1,7 @@
 // Generated from protocol/messages.mjs by protocol/generate.mjs: do not edit.
 /* eslint-disable */
 
-export const PROTOCOL_VERSION = 16;
+export const PROTOCOL_VERSION = 17;
 
 /** Request types (enum gpck_type). */
 export const MessageType = {
@@ -28,6 +28,7 @@ export const MessageType = {
   NCCL_REBUILD: 21,
   FRAMEWORK_FREE: 22,
   CHUNK_EXPORT: 23,
+  DRIVER_ZEROS: 24,
   HOLD_PUT: 40,
   HOLD_LIST: 41,
   HOLD_TAKE: 42,
@@ -353,6 +354,13 @@ export interface ChunkExportRequest {
   length: number;
 }
 
+export interface DriverZerosReply {
+  mappings: number;
+  scannedBytes: number;
+  droppedBytes: number;
+  ns: number;
+}
+
 export interface HoldReply {
   id: bigint;
   /** PUT: held in the part so far; DROP, RECLAIM: let go; TAKE: 0 */
@@ -441,6 +449,7 @@ export interface Messages {
   NCCL_REBUILD: { request: NcclRebuildRequest; reply: undefined };
   FRAMEWORK_FREE: { request: FrameworkRequest; reply: FrameworkReply };
   CHUNK_EXPORT: { request: ChunkExportRequest; reply: ChunkExportReply };
+  DRIVER_ZEROS: { request: undefined; reply: DriverZerosReply };
   HOLD_PUT: { request: HoldPutRequest; reply: HoldReply };
   HOLD_LIST: { request: undefined; reply: HoldListReply };
   HOLD_TAKE: { request: HoldTakeRequest; reply: HoldReply };

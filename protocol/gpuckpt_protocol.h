@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define GPCK_PROTOCOL_VERSION 16u
+#define GPCK_PROTOCOL_VERSION 17u
 
 #define GPCK_MAGIC 0x4b435047u /* "GPCK" little-endian */
 #define GPCK_REPLY 0x8000u
@@ -57,6 +57,7 @@ enum gpck_type {
     GPCK_NCCL_REBUILD = 21,  /* gpck_nccl_rebuild_req -> (none): make one communicator again */
     GPCK_FRAMEWORK_FREE = 22, /* gpck_framework_req -> gpck_framework_rep: memory the framework's allocator holds unused, from its in-process hook */
     GPCK_CHUNK_EXPORT = 23,  /* gpck_chunk_export_req -> gpck_chunk_export_rep: + fds: the pool's chunks under a range, exported (peek, poke) */
+    GPCK_DRIVER_ZEROS = 24,  /* (none) -> gpck_driver_zeros_rep: after the driver's checkpoint: drop the zero pages of its host copy */
     GPCK_HOLD_PUT = 40,      /* gpck_hold_put_req -> gpck_hold_rep: + fds: keep them as part of a snapshot */
     GPCK_HOLD_LIST = 41,     /* (none) -> gpck_hold_list_rep: the snapshots held */
     GPCK_HOLD_TAKE = 42,     /* gpck_hold_take_req -> gpck_hold_rep: copies of a snapshot part's fds */
@@ -655,6 +656,20 @@ struct gpck_framework_rep {
     char framework[32];        /* the framework's name, e.g. PyTorch */
     char why[GPCK_NAME_LEN];   /* GPCK_FRAMEWORK_FAILED: the reason, one line */
     struct gpck_free_range ranges[];
+};
+
+/* While suspended, once the driver's checkpoint has returned: the host
+ * memory the driver mapped for its copy of the device state since the
+ * SUSPEND_POOL is scanned and its zero pages dropped, so that CRIU does not
+ * dump them (they read back as zeros for the driver's restore). Nothing
+ * recorded (another driver, GPUCKPT_DRIVER_ZEROS=keep) is 0 mappings.
+ * -EINVAL: not suspended. */
+struct gpck_driver_zeros_rep {
+    uint32_t mappings;
+    uint32_t reserved;
+    uint64_t scanned_bytes;
+    uint64_t dropped_bytes;
+    uint64_t ns;
 };
 
 #endif

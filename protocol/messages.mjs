@@ -20,7 +20,7 @@
 //   max      (requests, flexible arrays) a limit, and the error beyond it
 //   doc      a comment for the C header (and the TypeScript type)
 
-export const VERSION = 16;
+export const VERSION = 17;
 
 export const INTRO = `The shim <-> controller protocol, generated from protocol/messages.mjs
 by protocol/generate.mjs: do not edit; change the table. Shared by the
@@ -69,6 +69,7 @@ export const MESSAGES = [
   ['NCCL_REBUILD', 21, 'nccl_rebuild_req', null, 'make one communicator again'],
   ['FRAMEWORK_FREE', 22, 'framework_req', 'framework_rep', "memory the framework's allocator holds unused, from its in-process hook"],
   ['CHUNK_EXPORT', 23, 'chunk_export_req', 'chunk_export_rep', "+ fds: the pool's chunks under a range, exported (peek, poke)"],
+  ['DRIVER_ZEROS', 24, null, 'driver_zeros_rep', "after the driver's checkpoint: drop the zero pages of its host copy"],
   ['HOLD_PUT', 40, 'hold_put_req', 'hold_rep', '+ fds: keep them as part of a snapshot', { fds: true, server: 'holder' }],
   ['HOLD_LIST', 41, null, 'hold_list_rep', 'the snapshots held', { server: 'holder' }],
   ['HOLD_TAKE', 42, 'hold_take_req', 'hold_rep', "copies of a snapshot part's fds", { server: 'holder' }],
@@ -773,6 +774,24 @@ Failures of NCCL itself: -EIO with an error text.`,
       ['char', 'framework', { len: '32', doc: "the framework's name, e.g. PyTorch" }],
       ['char', 'why', { len: 'GPCK_NAME_LEN', doc: 'GPCK_FRAMEWORK_FAILED: the reason, one line' }],
       ['free_range', 'ranges', { flex: true, count: 'count' }],
+    ],
+  },
+  {
+    kind: 'struct',
+    name: 'driver_zeros_rep',
+    ts: 'DriverZerosReply',
+    doc: `While suspended, once the driver's checkpoint has returned: the host
+memory the driver mapped for its copy of the device state since the
+SUSPEND_POOL is scanned and its zero pages dropped, so that CRIU does not
+dump them (they read back as zeros for the driver's restore). Nothing
+recorded (another driver, GPUCKPT_DRIVER_ZEROS=keep) is 0 mappings.
+-EINVAL: not suspended.`,
+    fields: [
+      ['u32', 'mappings'],
+      ['u32', 'reserved', { as: 'skip' }],
+      ['u64', 'scanned_bytes', { as: 'number' }],
+      ['u64', 'dropped_bytes', { as: 'number' }],
+      ['u64', 'ns', { as: 'number' }],
     ],
   },
 ];

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { defaultHoldDir } from '../controller/engine/suspend.js';
-import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, ROOT } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, mappingRssKiB, ROOT } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
 
@@ -239,6 +239,20 @@ describe('whole-process checkpoint', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
     // The half image it was held in went with the resume.
     expect(readdirSync(box.dir).filter((n) => n.includes('gpuckpt-tmp'))).toEqual([]);
+  });
+
+  it("CRIU dumps the driver's copy of the device state without its zero pages; a failed dump resumes the process with the copy intact", async () => {
+    // The fake driver's copy: 24 MiB, one page in four a pattern, checked at the driver's restore (status 70 if changed).
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', FAKE_CUDA_DRIVER_COPY_MB: '24' } });
+    const out = box.path('driver-copy');
+    const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, FAKE_CRIU_DUMP_DELAY_MS: '1500', GPUCKPT_TEST_FAULT: 'criu-sync' });
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+    expect(await within(20_000, runsCriu)).toBe(true);
+    expect(mappingRssKiB(app.pid, 24 * 1024)).toBe(6 * 1024);
+    expect(await exited).toBe(1);
+    await expectNoImageStillRunning(app, ready, out);
+    expect(await app.quit()).toBe(0);
   });
 
   it.each([

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sameBuffers, type AppEvent } from '../controller/adapters/app-driver.js';
-import { APPS, eventually, FAULTS_SHIM, json, lazyFreeKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
+import { APPS, eventually, FAULTS_SHIM, json, lazyFreeKiB, mappingRssKiB, requireBuilt, ROOT, Sandbox } from './helpers/e2e.js';
 import { driverKeeperPid } from '../controller/adapters/driver-keeper.js';
 
 const box = new Sandbox();
@@ -105,6 +105,28 @@ describe('suspend and resume', () => {
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
     expect(sameBuffers((await app.command('state')).buffers, Z)).toBe(true);
     expect(await app.quit()).toBe(0);
+  });
+
+  it("drops the zero pages of the driver's copy of the device state, which the driver's restore reads back as it was", async () => {
+    // The fake driver's copy: 24 MiB, one page in four a pattern; a page it
+    // finds changed at the restore ends the process (status 70).
+    const copyKiB = (pid: number) => mappingRssKiB(pid, 24 * 1024);
+    const { app, ready } = await start({ FAKE_CUDA_DRIVER_COPY_MB: '24' });
+    for (const to of [undefined, box.path('driver-copy-image')]) {
+      const s = json<any>(cli(['suspend', String(app.pid), '--json', ...(to ? ['--to', to] : [])]).stdout);
+      expect(s.driverZeroBytes).toBe(18 << 20);
+      expect(copyKiB(app.pid)).toBe(6 * 1024);
+      expect(cli(['resume', String(app.pid)]).code).toBe(0);
+      expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    }
+    expect(await app.quit()).toBe(0);
+
+    // GPUCKPT_DRIVER_ZEROS=keep leaves it whole.
+    const kept = await start({ FAKE_CUDA_DRIVER_COPY_MB: '24', GPUCKPT_DRIVER_ZEROS: 'keep' });
+    expect(json<any>(cli(['suspend', String(kept.app.pid), '--json']).stdout).driverZeroBytes).toBe(0);
+    expect(copyKiB(kept.app.pid)).toBe(24 * 1024);
+    expect(cli(['resume', String(kept.app.pid)]).code).toBe(0);
+    expect(await kept.app.quit()).toBe(0);
   });
 
   it('keeps the host memory that held the pool, lazily freed, for the next suspend (GPUCKPT_HOST_RETAIN=0: none)', async () => {

@@ -26,6 +26,7 @@ import {
   type CopyRange,
   type CopyReply,
   type DeviceInfo,
+  type DriverZerosReply,
   type FrameworkReply,
   type HelloReply,
   type Messages,
@@ -418,6 +419,11 @@ export class ShimSession {
   /** The held data is now saved at image (or kept by this controller): the shim frees its copy. */
   async dropHeld(image: string): Promise<void> {
     await this.request('DROP_HELD', 'free the held pool data', { image, flags: 0 });
+  }
+
+  /** Once the driver's checkpoint returned: the shim drops the zero pages of the driver's host copy (GPCK_DRIVER_ZEROS). */
+  dropDriverZeros(): Promise<DriverZerosReply> {
+    return this.request('DRIVER_ZEROS', "drop the zero pages of the driver's copy");
   }
 
   /** Maps the pool again after a suspend; this session then holds the application. bytesCopied: see GPCK_SUSPEND_HOLD_PEER. */

@@ -68,6 +68,8 @@ export interface SuspendSummary {
   gpuFreeSeconds: number;
   /** From the start to the application's (first) pause: what it ran through. */
   pauseStartSeconds: number;
+  /** Zero pages of the driver's host copy of the device state, let go (CRIU dumps no such page). */
+  driverZeroBytes: number;
   seconds: number;
   /** Seconds of each step, in order. */
   phases: Phases;
@@ -163,7 +165,7 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
     rmSync(holdDir, { recursive: true, force: true });
     mkdirSync(holdDir, { recursive: true, mode: 0o700 });
     clock.mark('checks');
-    const times = { released: 0, gpuFree: 0, paused: 0 };
+    const times = { released: 0, gpuFree: 0, paused: 0, driverZeroBytes: 0 };
 
     /**
      * The pool's GPU memory released, its data held at where (held: in the
@@ -183,6 +185,8 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
       clock.mark('release');
       await freezeOrResume(pid, image, clock);
       times.gpuFree = performance.now();
+      // A migrate resumes at once: what CRIU would not dump costs it time.
+      if (!opts.onto) times.driverZeroBytes = await dropDriverZeros(session, clock);
     };
 
     /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
@@ -309,7 +313,7 @@ function summary(
   stored: number,
   copyGBps: number,
   t0: number,
-  times: { released: number; gpuFree: number; paused: number },
+  times: { released: number; gpuFree: number; paused: number; driverZeroBytes: number },
   clock: PhaseClock,
 ): Suspended {
   return {
@@ -323,6 +327,7 @@ function summary(
     poolReleasedSeconds: round((times.released - t0) / 1000),
     gpuFreeSeconds: round((times.gpuFree - t0) / 1000),
     pauseStartSeconds: round((times.paused - t0) / 1000),
+    driverZeroBytes: times.driverZeroBytes,
     seconds: round((performance.now() - t0) / 1000),
     phases: clock.phases,
   };
@@ -352,6 +357,23 @@ export async function resumeHalfSuspended(
   );
   const code = isGpuckptError(e) ? e.code : 'SHIM_ERROR';
   throw new GpuckptError(code, `${(e as Error).message}; ${back ? `process ${pid} resumed` : `process ${pid} stays suspended with its data held (gpuckpt resume ${pid})`}`);
+}
+
+/**
+ * The zero pages of the driver's host copy let go, so that CRIU neither
+ * reads nor writes them: the bytes dropped. A shim that cannot costs
+ * nothing but those bytes, so its refusal is a warning.
+ */
+async function dropDriverZeros(session: ShimSession, clock: PhaseClock): Promise<number> {
+  try {
+    const r = await session.dropDriverZeros();
+    clock.mark('driverZeros');
+    if (r.mappings) log('debug', 'suspend', `process ${session.pid}: ${r.droppedBytes} of ${r.scannedBytes} bytes of the driver's copy were zero pages, dropped in ${(r.ns / 1e9).toFixed(3)} s`);
+    return r.droppedBytes;
+  } catch (e) {
+    log('warn', 'suspend', `process ${session.pid} keeps the zero pages of the driver's copy: ${(e as Error).message}`);
+    return 0;
+  }
 }
 
 /** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */

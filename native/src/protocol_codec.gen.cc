@@ -452,6 +452,15 @@ void Decode_chunk_export_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi:
   o.Set("count", Napi::Number::New(env, static_cast<double>(r->count)));
 }
 
+void Decode_driver_zeros_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
+  if (b.size() < sizeof(gpck_driver_zeros_rep)) return;
+  const auto* r = reinterpret_cast<const gpck_driver_zeros_rep*>(b.data());
+  o.Set("mappings", Napi::Number::New(env, static_cast<double>(r->mappings)));
+  o.Set("scannedBytes", Napi::Number::New(env, static_cast<double>(r->scanned_bytes)));
+  o.Set("droppedBytes", Napi::Number::New(env, static_cast<double>(r->dropped_bytes)));
+  o.Set("ns", Napi::Number::New(env, static_cast<double>(r->ns)));
+}
+
 void Decode_hold_rep(Napi::Env env, const std::vector<uint8_t>& b, Napi::Object& o) {
   if (b.size() < sizeof(gpck_hold_rep)) return;
   const auto* r = reinterpret_cast<const gpck_hold_rep*>(b.data());
@@ -533,6 +542,8 @@ bool EncodeRequest(uint16_t type, const Napi::Object& args, std::vector<uint8_t>
       return Encode_framework_req(args, out, err);
     case GPCK_CHUNK_EXPORT:
       return Encode_chunk_export_req(args, out, err);
+    case GPCK_DRIVER_ZEROS:
+      return true;
     case GPCK_HOLD_PUT:
       return Encode_hold_put_req(args, out, err);
     case GPCK_HOLD_LIST:
@@ -605,6 +616,9 @@ Napi::Value DecodeReply(Napi::Env env, uint16_t type, const std::vector<uint8_t>
       break;
     case GPCK_CHUNK_EXPORT:
       Decode_chunk_export_rep(env, b, o);
+      break;
+    case GPCK_DRIVER_ZEROS:
+      Decode_driver_zeros_rep(env, b, o);
       break;
     case GPCK_HOLD_PUT:
       Decode_hold_rep(env, b, o);

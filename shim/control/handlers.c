@@ -8,6 +8,7 @@
 #include "../interpose/cuda_api.h" /* before pool.h: see cuda_api.h */
 #include "../interpose/contexts.h"
 #include "../interpose/driver_error.h"
+#include "../interpose/driver_mappings.h"
 #include "../interpose/gate.h"
 #include "../interpose/log.h"
 #include "../interpose/outside.h"
@@ -17,6 +18,7 @@
 #include "block_digest.h"
 #include "bounce.h"
 #include "collective_handlers.h"
+#include "driver_zeros.h"
 #include "framework_hook.h"
 #include "peer_hold.h"
 #include "snapshot_copy.h"
@@ -89,6 +91,7 @@ static uint64_t run_again(struct gp_client *c)
     uint64_t ns = gp_gate_open();
     let_go(c);
     suspension = RUNNING;
+    gp_driver_mappings_watch(false);
     held_image[0] = 0;
     gp_peer_drop();
     if (c->staging.borrowed) /* the held memory, unpinned before it goes */
@@ -281,6 +284,9 @@ static int handle_suspend_pool(struct gp_request *r)
         gp_staging_destroy(&c->staging);
     err = gp_pool_release_all(&rep->bytes);
     rep->ns = gp_now_ns() - t0;
+    /* The driver's checkpoint comes next: what it maps is recorded. */
+    if (!gp_shim_config()->keep_driver_zeros)
+        gp_driver_mappings_watch(true);
     memcpy(held_image, req->image, sizeof(held_image));
     /* Suspended even when part of the pool could not be released: the part
      * that was is gone, and the data is where req says; the controller
@@ -313,6 +319,26 @@ static int handle_drop_held(struct gp_request *r)
     memcpy(held_image, req->image, sizeof(held_image));
     GP_DEBUG("control", "held data dropped: %llu MiB in %.3f s", (unsigned long long)(bytes >> 20),
              (double)(gp_now_ns() - t0) / 1e9);
+    return 0;
+}
+
+static int handle_driver_zeros(struct gp_request *r)
+{
+    struct gpck_driver_zeros_rep *rep = r->reply;
+    if (suspension != SUSPENDED)
+        return -EINVAL;
+    uint64_t t0 = gp_now_ns();
+    struct gp_zero_drop drop;
+    int err = gp_drop_driver_zeros(&drop);
+    *rep = (struct gpck_driver_zeros_rep){
+        .mappings = drop.mappings, .scanned_bytes = drop.scanned, .dropped_bytes = drop.dropped, .ns = gp_now_ns() - t0
+    };
+    GP_DEBUG("control", "driver's copy: %u mapping(s), %llu MiB, %llu MiB of zero pages dropped in %.3f s",
+             drop.mappings, (unsigned long long)(drop.scanned >> 20), (unsigned long long)(drop.dropped >> 20),
+             (double)rep->ns / 1e9);
+    /* Pages kept cost CRIU their bytes, nothing more. */
+    if (err)
+        GP_WARN("control", "driver's copy: some zero pages kept (madvise: %s)", strerror(-err));
     return 0;
 }
 

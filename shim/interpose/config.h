@@ -16,6 +16,9 @@
  *   GPUCKPT_NCCL_TIMEOUT seconds an NCCL communicator's rebuild may take
  *                        before it is given up (default 120: a rank that
  *                        never joins must not hold the control thread)
+ *   GPUCKPT_DRIVER_ZEROS keep: leave the zero pages of the driver's host copy
+ *                        of the device state in place at a suspend (default:
+ *                        drop, control/driver_zeros.h)
  *   GPUCKPT_DISABLE      1: load fully inert (pure pass-through, no gate)
  * Sizes take K, M, G, T suffixes (powers of 1024). */
 #ifndef GPUCKPT_CONFIG_H
@@ -53,6 +56,7 @@ struct gp_config {
     uint64_t staging_file;
     uint64_t host_retain;
     uint64_t nccl_timeout_s;
+    bool keep_driver_zeros;
     bool disabled;
     char run_dir[256];
 };

@@ -30,6 +30,18 @@
  * Writers (controllers, in any process) serialize on flock(<dir>/.lock) and
  * replace the state file by rename, so a reader never sees a partial file.
  *
+ * The driver's copy (FAKE_CUDA_DRIVER_COPY_MB=N in the target): the real
+ * driver copies a process's device state into host memory it maps in that
+ * process, and its checkpoint returns once the copy is done. The target's
+ * copier thread (started at cuInit; it marks itself with <dir>/<pid>.copier)
+ * maps N MiB when its state becomes CHECKPOINTED, writes one page in four
+ * with a pattern and the others with zeros, and says <dir>/<pid>.copied;
+ * beside it, as the real driver does, it reserves 8 MiB without access;
+ * cuCheckpointProcessCheckpoint waits for that (10 s at most). Once the
+ * state leaves CHECKPOINTED, the copier checks every page (a dropped zero
+ * page reads as zero) and ends the process with status 70 and a line on
+ * stderr when one differs, as a driver restoring damaged state would fail.
+ *
  * The target side (fake_ckpt_wait): with FAKE_CUDA_CKPT_BLOCK=1, every call
  * that needs cuInit first opens <dir>/<getpid()>; while it says LOCKED or
  * CHECKPOINTED the call polls it every 2 ms, like the real driver, which
@@ -51,7 +63,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -265,6 +279,31 @@ static void uuid_hex(char *out, const CUuuid *u)
     out[2 * sizeof(u->bytes)] = '\0';
 }
 
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* A target with a copier: its checkpoint is done once the copy is. */
+static CUresult copy_done(int pid)
+{
+    char copier[sizeof(fake_config()->ckpt_dir) + 32], copied[sizeof(copier)];
+    if (state_path(copier, sizeof(copier), fake_config()->ckpt_dir, pid, "", ".copier") != 0 ||
+        state_path(copied, sizeof(copied), fake_config()->ckpt_dir, pid, "", ".copied") != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    if (access(copier, F_OK) != 0)
+        return CUDA_SUCCESS;
+    for (int i = 0; i < 5000; i++) {
+        if (access(copied, F_OK) == 0)
+            return CUDA_SUCCESS;
+        if (!pid_alive(pid))
+            return CUDA_ERROR_INVALID_VALUE;
+        sleep_ms(2);
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
 /* ---- the API ---------------------------------------------------------------- */
 
 FAKE_CKPT_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
@@ -296,7 +335,8 @@ FAKE_CKPT_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointChe
     char peers[sizeof(fake_config()->ckpt_dir) + 32];
     if (state_path(peers, sizeof(peers), fake_config()->ckpt_dir, pid, "", ".peers") == 0 && access(peers, F_OK) == 0)
         return CUDA_ERROR_NOT_SUPPORTED;
-    return transition(pid, CU_PROCESS_STATE_LOCKED, STATE_CHECKPOINTED "\n", 0, NULL);
+    CUresult res = transition(pid, CU_PROCESS_STATE_LOCKED, STATE_CHECKPOINTED "\n", 0, NULL);
+    return res == CUDA_SUCCESS ? copy_done(pid) : res;
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessCheckpoint)
 
@@ -391,4 +431,89 @@ void fake_ckpt_wait(void)
         }
     }
     errno = saved;
+}
+
+/* ---- the driver's copy ---------------------------------------------------- */
+
+#define COPY_PAGE 4096ul
+
+/* Word w of page i of the copy: a pattern on one page in four, else zero. */
+static uint64_t copy_word(size_t i, size_t w)
+{
+    return i % 4 ? 0 : ((uint64_t)i << 20 | w) + 1;
+}
+
+static void copy_fill(uint64_t *p, size_t pages)
+{
+    for (size_t i = 0; i < pages; i++)
+        for (size_t w = 0; w < COPY_PAGE / 8; w++)
+            p[i * (COPY_PAGE / 8) + w] = copy_word(i, w);
+}
+
+/* The first page that differs from the pattern, or pages. */
+static size_t copy_check(const uint64_t *p, size_t pages)
+{
+    for (size_t i = 0; i < pages; i++)
+        for (size_t w = 0; w < COPY_PAGE / 8; w++)
+            if (p[i * (COPY_PAGE / 8) + w] != copy_word(i, w))
+                return i;
+    return pages;
+}
+
+static void *copier(void *arg)
+{
+    (void)arg;
+    const char *dir = fake_config()->ckpt_dir;
+    size_t len = (size_t)fake_config()->driver_copy_mb << 20, pages = len / COPY_PAGE;
+    char state[sizeof(fake_config()->ckpt_dir) + 32], copied[sizeof(state)];
+    if (state_path(state, sizeof(state), dir, own_pid(), "", "") != 0 ||
+        state_path(copied, sizeof(copied), dir, own_pid(), "", ".copied") != 0)
+        return NULL;
+    uint64_t *copy = NULL;
+    void *reserved = MAP_FAILED;
+    for (;;) {
+        CUprocessState st;
+        if (read_state(state, &st) == 0) {
+            if (st == CU_PROCESS_STATE_CHECKPOINTED && !copy) {
+                reserved = mmap(NULL, 8ul << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p != MAP_FAILED) {
+                    copy = p;
+                    copy_fill(copy, pages);
+                    int fd = open(copied, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+                    if (fd >= 0)
+                        close(fd);
+                }
+            } else if (st != CU_PROCESS_STATE_CHECKPOINTED && copy) {
+                size_t bad = copy_check(copy, pages);
+                if (bad < pages) {
+                    fprintf(stderr, "fake-cuda: the driver's copy differs at page %zu of %zu\n", bad, pages);
+                    _exit(70);
+                }
+                munmap(copy, len);
+                copy = NULL;
+                if (reserved != MAP_FAILED)
+                    munmap(reserved, 8ul << 20);
+                reserved = MAP_FAILED;
+                unlink(copied);
+            }
+        }
+        sleep_ms(2);
+    }
+    return NULL;
+}
+
+void fake_ckpt_copier_start(void)
+{
+    char marker[sizeof(fake_config()->ckpt_dir) + 32];
+    if (ensure_dir(fake_config()->ckpt_dir) != 0 ||
+        state_path(marker, sizeof(marker), fake_config()->ckpt_dir, own_pid(), "", ".copier") != 0)
+        return;
+    int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    close(fd);
+    pthread_t t;
+    if (pthread_create(&t, NULL, copier, NULL) == 0)
+        pthread_detach(t);
 }

@@ -14,6 +14,9 @@
  *   FAKE_CUDA_CKPT_DIR=dir     state files of cuCheckpointProcess* (fake_ckpt.c)
  *   FAKE_CUDA_CKPT_BLOCK=1     calls wait while this process is LOCKED or
  *                              CHECKPOINTED (fake_ckpt.c)
+ *   FAKE_CUDA_DRIVER_COPY_MB=N a checkpoint of this process maps N MiB
+ *                              for the driver's copy of the device state,
+ *                              checked at the restore (fake_ckpt.c)
  */
 #include "fake_internal.h"
 
@@ -119,6 +122,9 @@ static void load_config(void)
 
     const char *dm = getenv("FAKE_CUDA_DIRTY_MEMORY");
     g_config.dirty_memory = dm && *dm && strcmp(dm, "0") != 0;
+
+    if (parse_ulong(getenv("FAKE_CUDA_DRIVER_COPY_MB"), &v) == 0)
+        g_config.driver_copy_mb = (unsigned)v;
 
     const char *cd = getenv("FAKE_CUDA_CKPT_DIR");
     int n;
@@ -227,7 +233,8 @@ FAKE_EXPORT CUresult cuInit(unsigned int Flags)
     const struct fake_config *c = fake_config();
     if (c->no_device || c->ndev == 0)
         return CUDA_ERROR_NO_DEVICE;
-    atomic_store(&g_initialized, 1);
+    if (!atomic_exchange(&g_initialized, 1) && c->driver_copy_mb)
+        fake_ckpt_copier_start();
     return CUDA_SUCCESS;
 }
 FAKE_LOCAL_ALIAS(cuInit)

@@ -70,6 +70,7 @@ struct fake_config {
     unsigned sync_delay_ms; /* FAKE_CUDA_SYNC_DELAY_MS */
     int ckpt_block;         /* FAKE_CUDA_CKPT_BLOCK=1 */
     int dirty_memory;       /* FAKE_CUDA_DIRTY_MEMORY=1: cuMemCreate's memory is not zeroed */
+    unsigned driver_copy_mb; /* FAKE_CUDA_DRIVER_COPY_MB */
     char ckpt_dir[1024];    /* FAKE_CUDA_CKPT_DIR or /tmp/fake-cuda-ckpt-<uid>; "" when too long */
 };
 
@@ -219,6 +220,8 @@ CUresult fake_stream_check(CUstream hStream);
 /* With FAKE_CUDA_CKPT_BLOCK=1: returns once this process's state file says
  * neither LOCKED nor CHECKPOINTED (at once when there is no file). */
 void fake_ckpt_wait(void);
+/* With FAKE_CUDA_DRIVER_COPY_MB: the thread that plays the driver's copy. */
+void fake_ckpt_copier_start(void);
 
 /* 1 when name is one of the exported cu* functions (to catch typos in
  * FAKE_CUDA_FAIL). */

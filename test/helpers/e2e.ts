@@ -35,6 +35,16 @@ export function lazyFreeKiB(pid: number): number {
   return m ? Number(m[1]) : 0;
 }
 
+/** kB present of the process's one private anonymous mapping of sizeKiB (/proc/PID/smaps); throws unless there is one. */
+export function mappingRssKiB(pid: number, sizeKiB: number): number {
+  const kib = (m: string, field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(m)?.[1]);
+  const found = readFileSync(`/proc/${pid}/smaps`, 'utf8')
+    .split(/^(?=[0-9a-f]+-[0-9a-f]+ )/m)
+    .filter((m) => /^\S+ rw-p 0+ 00:00 0\s*$/.test(m.split('\n')[0]) && kib(m, 'Size') === sizeKiB);
+  if (found.length !== 1) throw new Error(`process ${pid} has ${found.length} private anonymous mappings of ${sizeKiB} kB`);
+  return kib(found[0], 'Rss');
+}
+
 /** Polls until cond() holds or about two seconds have passed; its last value. */
 export async function eventually(cond: () => boolean | Promise<boolean>): Promise<boolean> {
   for (let i = 0; i < 100 && !(await cond()); i++) await new Promise((r) => setTimeout(r, 20));
