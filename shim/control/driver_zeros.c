@@ -15,7 +15,6 @@
 /* Pieces a thread takes at a time; whole huge pages. */
 #define PIECE (8ul << 20)
 #define THREADS 8
-#define PAGE 4096ul
 #define MAX_SEGMENTS 256
 
 struct scan {
@@ -23,14 +22,15 @@ struct scan {
     unsigned n;
     atomic_uint_fast64_t next; /* the next piece, as an offset into the mappings laid end to end */
     uint64_t total;
+    uint64_t page; /* the kernel's: a run dropped starts and ends on one */
     atomic_uint_fast64_t dropped;
     atomic_int err;
 };
 
-static bool page_is_zero(const uint64_t *w)
+static bool page_is_zero(const uint64_t *w, uint64_t page)
 {
     uint64_t acc = 0;
-    for (unsigned i = 0; i < PAGE / 8; i += 8) {
+    for (uint64_t i = 0; i < page / 8; i += 8) {
         acc |= w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7];
         if (acc)
             return false;
@@ -43,8 +43,8 @@ static void drop_piece(struct scan *s, uint8_t *p, uint64_t len)
 {
     uint8_t *run = NULL;
     uint64_t dropped = 0;
-    for (uint64_t off = 0; off <= len; off += PAGE) {
-        bool zero = off < len && page_is_zero((const uint64_t *)(p + off));
+    for (uint64_t off = 0; off <= len; off += s->page) {
+        bool zero = off < len && page_is_zero((const uint64_t *)(p + off), s->page);
         if (zero && !run)
             run = p + off;
         if (!zero && run) {
@@ -117,9 +117,9 @@ static int drop_recorded(const struct gp_mapping *recorded, unsigned nrecorded, 
     struct gp_zero_drop *out = arg;
     struct gp_mapping m[MAX_SEGMENTS];
     unsigned n = readable_parts(recorded, nrecorded, m);
-    struct scan s = { .m = m, .n = n };
+    struct scan s = { .m = m, .n = n, .page = (uint64_t)sysconf(_SC_PAGESIZE) };
     for (unsigned i = 0; i < n; i++)
-        s.total += m[i].len & ~(PAGE - 1);
+        s.total += m[i].len;
     out->mappings = nrecorded;
     out->scanned = s.total;
     pthread_t t[THREADS];

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "real_driver.h"
@@ -55,10 +56,11 @@ static void forget_overlaps(uintptr_t lo, size_t len)
 
 static void record(void *at, size_t len)
 {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     pthread_mutex_lock(&lock);
     unsigned n = atomic_load(&count);
     if (atomic_load(&watching) && n < GP_DRIVER_MAPPINGS_MAX) {
-        recorded[n] = (struct gp_mapping){ (uintptr_t)at, len };
+        recorded[n] = (struct gp_mapping){ (uintptr_t)at, (len + page - 1) / page * page };
         atomic_store(&count, n + 1);
     }
     pthread_mutex_unlock(&lock);
@@ -139,8 +141,25 @@ GP_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...
     return at;
 }
 
+/* A child forked mid-scan must not find the lock held by a thread it lacks;
+ * and the driver's memory it inherited is its own copy, not to be dropped. */
+static void forget_in_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    atomic_store(&watching, false);
+    atomic_store(&count, 0);
+}
+
+static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
+}
+
 void gp_driver_mappings_watch(bool on)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    if (on)
+        pthread_once(&once, register_fork_handler);
     pthread_mutex_lock(&lock);
     atomic_store(&watching, on);
     if (!on)

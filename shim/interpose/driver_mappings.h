@@ -17,7 +17,7 @@
 
 struct gp_mapping {
     uintptr_t lo;
-    size_t len;
+    size_t len; /* whole pages */
 };
 
 /* Starts recording (on) or stops and forgets what was recorded. */
