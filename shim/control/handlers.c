@@ -363,6 +363,8 @@ static int handle_remap_pool(struct gp_request *r)
                 "another GPU", (unsigned long long)((rep->bytes - rep->bytes_copied) >> 20),
                 (unsigned long long)(rep->bytes_copied >> 20));
     suspension = RESTORING;
+    /* The driver has restored: what it maps now is live, never to be dropped. */
+    gp_driver_mappings_watch(false);
     /* Held on a GPU, the data is in the pool once it is mapped. */
     restore_complete = on_gpu;
     take_gate(c, false);

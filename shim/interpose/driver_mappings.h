@@ -20,11 +20,17 @@ struct gp_mapping {
     size_t len; /* whole pages */
 };
 
-/* Starts recording (on) or stops and forgets what was recorded. */
+/* Where libcuda lies, from one of its functions: its callers are the
+ * driver's (once, as it is loaded: the loader's lock is not taken later). */
+void gp_driver_mappings_know_driver(const void *fn);
+
+/* Starts recording (on; not before the driver is known) or stops and
+ * forgets what was recorded. */
 void gp_driver_mappings_watch(bool on);
 
-/* Calls fn with what is recorded, while no interposed munmap, mremap or
- * fixed mmap can change it; returns fn's result. */
+/* Calls fn with a copy of what is recorded; until it returns, an
+ * interposed munmap, mremap or fixed mmap of that memory waits (others go
+ * on: fn may allocate). Returns fn's result. */
 int gp_driver_mappings_with(int (*fn)(const struct gp_mapping *m, unsigned n, void *arg), void *arg);
 
 #endif

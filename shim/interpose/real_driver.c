@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "driver_mappings.h"
 #include "log.h"
 #include "test_hooks.h"
 
@@ -83,6 +84,7 @@ static void load_once(void)
         }
     }
     GP_DEBUG("driver", "resolved %d of %d entry points", resolved, GP_IDX_COUNT);
+    gp_driver_mappings_know_driver(gp_real[GP_IDX_cuInit]);
     if (gp_test_faults_install)
         gp_test_faults_install();
     atomic_store(&loaded, true);

@@ -39,8 +39,9 @@
  * beside it, as the real driver does, it reserves 8 MiB without access;
  * cuCheckpointProcessCheckpoint waits for that (10 s at most). Once the
  * state leaves CHECKPOINTED, the copier checks every page (a dropped zero
- * page reads as zero) and ends the process with status 70 and a line on
- * stderr when one differs, as a driver restoring damaged state would fail.
+ * page reads as zero), then unlinks .copied, which the restore waits for;
+ * when one differs it ends the process with status 70 and a line on
+ * stderr, and the restore fails, as a driver restoring damaged state would.
  *
  * The target side (fake_ckpt_wait): with FAKE_CUDA_CKPT_BLOCK=1, every call
  * that needs cuInit first opens <dir>/<getpid()>; while it says LOCKED or
@@ -304,6 +305,23 @@ static CUresult copy_done(int pid)
     return CUDA_ERROR_UNKNOWN;
 }
 
+/* A target with a copier: its restore is done once the copy is checked
+ * (the copier unlinks .copied), or fails with the target ended by it. */
+static CUresult copy_checked(int pid)
+{
+    char copied[sizeof(fake_config()->ckpt_dir) + 32];
+    if (state_path(copied, sizeof(copied), fake_config()->ckpt_dir, pid, "", ".copied") != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    for (int i = 0; i < 5000; i++) {
+        if (access(copied, F_OK) != 0)
+            return CUDA_SUCCESS;
+        if (!pid_alive(pid))
+            return CUDA_ERROR_UNKNOWN;
+        sleep_ms(2);
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
 /* ---- the API ---------------------------------------------------------------- */
 
 FAKE_CKPT_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
@@ -371,7 +389,8 @@ FAKE_CKPT_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestor
         }
     }
     snprintf(content + len, sizeof(content) - len, "\n");
-    return transition(pid, CU_PROCESS_STATE_CHECKPOINTED, content, 0, NULL);
+    CUresult res = transition(pid, CU_PROCESS_STATE_CHECKPOINTED, content, 0, NULL);
+    return res == CUDA_SUCCESS ? copy_checked(pid) : res;
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessRestore)
 
