@@ -70,6 +70,10 @@ $(T)/test_driver_zeros: test/c/test_driver_zeros.c shim/control/driver_zeros.c s
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_driver_zeros.c shim/control/driver_zeros.c -pthread
 
+$(T)/test_driver_mappings: test/c/test_driver_mappings.c shim/interpose/driver_mappings.c shim/interpose/driver_mappings.h
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_driver_mappings.c shim/interpose/driver_mappings.c -ldl -pthread
+
 $(T)/test_device_files: test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/device_files.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_device_files.c shim/interpose/device_files.c -pthread
@@ -98,7 +102,7 @@ $(T)/sibling_restore: test/fake-criu/sibling_restore.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $<
 
-TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_staging $(T)/test_spare_memory $(T)/test_prefault $(T)/test_driver_zeros $(T)/test_device_files \
+TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_staging $(T)/test_spare_memory $(T)/test_prefault $(T)/test_driver_zeros $(T)/test_driver_mappings $(T)/test_device_files \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)
@@ -118,6 +122,7 @@ check: test-build
 	$(T)/test_spare_memory
 	$(T)/test_prefault
 	$(T)/test_driver_zeros
+	$(T)/test_driver_mappings
 	$(T)/test_device_files
 	$(T)/fake_selftest
 
