@@ -41,7 +41,7 @@ export interface ProcessRestoreSummary {
   appended?: string[];
   /** Until the application runs again with all its data. */
   seconds: number;
-  /** Freeing the staging memory afterwards (the application is already running). */
+  /** Freeing the staging memory and CRIU's unpacked pages afterwards (the application is already running). */
   cleanupSeconds: number;
   /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
   phases: Phases;
@@ -107,7 +107,6 @@ export async function restoreProcess(
     for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...memberShare(opts, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
     const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
     fds.close();
-    unpacked.cleanup(); // CRIU has read it
     const criuSeconds = (performance.now() - t0) / 1000;
     clock.mark('criu');
     try {
@@ -134,6 +133,9 @@ export async function restoreProcess(
     const seconds = (performance.now() - t0) / 1000;
     const c0 = performance.now();
     const loadSeconds = Math.max(...loaders.map((l) => l.loadSeconds));
+    // CRIU has read it. Freeing its pages took 0.22 s for the 2-rank DDP
+    // job's 2.6 GB (2x H200), which the resume had waited for.
+    unpacked.cleanup();
     await Promise.all(loaders.splice(0).map((l) => l.close()));
     await codecs.close(); // the first loader's workers, and their mapping of its staging
     const summary: ProcessRestoreSummary = {
