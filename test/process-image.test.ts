@@ -28,6 +28,13 @@ async function within(ms: number, cond: () => boolean): Promise<boolean> {
   return false;
 }
 
+/** Whether the CLI running as child has CRIU dumping (not at its --version). */
+const runsCriu = (child: { pid?: number }) =>
+  readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8')
+    .split(' ')
+    .filter(Boolean)
+    .some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
+
 /** A checkpoint that failed after the pause: nothing at out, no working directory left, the process running with its data. */
 async function expectNoImageStillRunning(app: Awaited<ReturnType<typeof start>>['app'], ready: Awaited<ReturnType<typeof start>>['ready'], out: string): Promise<void> {
   expect(existsSync(out)).toBe(false);
@@ -224,8 +231,7 @@ describe('whole-process checkpoint', () => {
     const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], env);
     const exited = new Promise((r) => child.on('exit', r));
     // Stopped as soon as CRIU dumps (not at its --version), so that it cannot answer; CRIU then reaches its gate.
-    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
-    expect(await within(20_000, runsCriu)).toBe(true);
+    expect(await within(20_000, () => runsCriu(child))).toBe(true);
     process.kill(child.pid!, 'SIGSTOP');
     const atGate = () => readdirSync(box.runDir).some((n) => n.startsWith('criu-gate-') && existsSync(join(box.runDir, n, 'dumped')));
     expect(await within(20_000, atGate)).toBe(true);
@@ -247,8 +253,7 @@ describe('whole-process checkpoint', () => {
     const out = box.path('driver-copy');
     const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, FAKE_CRIU_DUMP_DELAY_MS: '1500', GPUCKPT_TEST_FAULT: 'criu-sync' });
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
-    expect(await within(20_000, runsCriu)).toBe(true);
+    expect(await within(20_000, () => runsCriu(child))).toBe(true);
     expect(mappingRssKiB(app.pid, 24 * 1024)).toBe(6 * 1024);
     expect(await exited).toBe(1);
     await expectNoImageStillRunning(app, ready, out);
@@ -266,9 +271,8 @@ describe('whole-process checkpoint', () => {
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-    const runsCriu = () => readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').split(' ').filter(Boolean).some((c) => readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').includes('dump'));
     // Suspended: the controller has taken the signal over (before that, a Ctrl-C ends gpuckpt with nothing touched).
-    expect(await within(20_000, () => runsCriu() || (!atCriu && psRow(app.pid)?.poolState === 'suspended'))).toBe(true);
+    expect(await within(20_000, () => runsCriu(child) || (!atCriu && psRow(app.pid)?.poolState === 'suspended'))).toBe(true);
     child.kill('SIGINT');
     expect(await exited).toBe(130);
     const lines = stderr.trimEnd().split('\n');

@@ -333,10 +333,7 @@ static int handle_driver_zeros(struct gp_request *r)
     *rep = (struct gpck_driver_zeros_rep){
         .mappings = drop.mappings, .scanned_bytes = drop.scanned, .dropped_bytes = drop.dropped, .ns = gp_now_ns() - t0
     };
-    GP_DEBUG("control", "driver's copy: %u mapping(s), %llu MiB, %llu MiB of zero pages dropped in %.3f s",
-             drop.mappings, (unsigned long long)(drop.scanned >> 20), (unsigned long long)(drop.dropped >> 20),
-             (double)rep->ns / 1e9);
-    /* Pages kept cost CRIU their bytes, nothing more. */
+    /* The controller logs the figures. Pages kept cost CRIU their bytes, nothing more. */
     if (err)
         GP_WARN("control", "driver's copy: some zero pages kept (madvise: %s)", strerror(-err));
     return 0;

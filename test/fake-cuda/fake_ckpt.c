@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -286,40 +287,30 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* A target with a copier: its checkpoint is done once the copy is. */
-static CUresult copy_done(int pid)
-{
-    char copier[sizeof(fake_config()->ckpt_dir) + 32], copied[sizeof(copier)];
-    if (state_path(copier, sizeof(copier), fake_config()->ckpt_dir, pid, "", ".copier") != 0 ||
-        state_path(copied, sizeof(copied), fake_config()->ckpt_dir, pid, "", ".copied") != 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    if (access(copier, F_OK) != 0)
-        return CUDA_SUCCESS;
-    for (int i = 0; i < 5000; i++) {
-        if (access(copied, F_OK) == 0)
-            return CUDA_SUCCESS;
-        if (!pid_alive(pid))
-            return CUDA_ERROR_INVALID_VALUE;
-        sleep_ms(2);
-    }
-    return CUDA_ERROR_UNKNOWN;
-}
-
-/* A target with a copier: its restore is done once the copy is checked
- * (the copier unlinks .copied), or fails with the target ended by it. */
-static CUresult copy_checked(int pid)
+/* Waits (10 s at most) until <dir>/<pid>.copied is there (present) or
+ * gone: the copier's word that it wrote, or checked, the copy. */
+static CUresult wait_copied(int pid, bool present)
 {
     char copied[sizeof(fake_config()->ckpt_dir) + 32];
     if (state_path(copied, sizeof(copied), fake_config()->ckpt_dir, pid, "", ".copied") != 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     for (int i = 0; i < 5000; i++) {
-        if (access(copied, F_OK) != 0)
+        if ((access(copied, F_OK) == 0) == present)
             return CUDA_SUCCESS;
         if (!pid_alive(pid))
-            return CUDA_ERROR_UNKNOWN;
+            return present ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_UNKNOWN;
         sleep_ms(2);
     }
     return CUDA_ERROR_UNKNOWN;
+}
+
+/* A target with a copier: its checkpoint is done once the copy is. */
+static CUresult copy_done(int pid)
+{
+    char copier[sizeof(fake_config()->ckpt_dir) + 32];
+    if (state_path(copier, sizeof(copier), fake_config()->ckpt_dir, pid, "", ".copier") != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    return access(copier, F_OK) == 0 ? wait_copied(pid, true) : CUDA_SUCCESS;
 }
 
 /* ---- the API ---------------------------------------------------------------- */
@@ -390,7 +381,8 @@ FAKE_CKPT_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestor
     }
     snprintf(content + len, sizeof(content) - len, "\n");
     CUresult res = transition(pid, CU_PROCESS_STATE_CHECKPOINTED, content, 0, NULL);
-    return res == CUDA_SUCCESS ? copy_checked(pid) : res;
+    /* Done once the copier checked the copy (it unlinks .copied), or failed with the target it ended. */
+    return res == CUDA_SUCCESS ? wait_copied(pid, false) : res;
 }
 FAKE_LOCAL_ALIAS(cuCheckpointProcessRestore)
 
