@@ -19,6 +19,7 @@ const { CodecPool } = await engine('codec-pool');
 const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
 const { criuImageBytes, encodeVarintFields, protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
+const { pagemapBytes, processPagemaps } = await import(new URL('../dist/controller/adapters/criu-memory.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-pages-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -189,11 +190,30 @@ describe('CRIU pages', () => {
     expect(drop.pagemap.name).toBe('pagemap-7.img');
   });
 
-  it('varints: numbers and addresses as BigInt, up to 64 bits, read back as written', () => {
+  it('varints: Numbers where exact, BigInts beyond 2^53, up to 64 bits, read back as written; pagemaps written back as read', () => {
     const values = [0n, 1n, 127n, 128n, 300n, 0x7fff12345000n, BigInt(Number.MAX_SAFE_INTEGER), BigInt(Number.MAX_SAFE_INTEGER) + 1n, 2n ** 64n - 1n];
     const fields = [...protoFields(encodeVarintFields(values.map((v, i) => [i + 1, v])))];
-    expect(fields.map((f) => f.value)).toEqual(values);
-    expect([...protoFields(encodeVarintFields([[1, 5], [2, undefined], [3, 2 ** 40]]))]).toEqual([{ field: 1, value: 5n }, { field: 3, value: 2n ** 40n }]);
+    expect(fields.map((f) => BigInt(f.value))).toEqual(values);
+    expect(fields.map((f) => typeof f.value)).toEqual([...Array(7).fill('number'), 'bigint', 'bigint']);
+    expect([...protoFields(encodeVarintFields([[1, 5], [2, undefined], [3, 2 ** 40]]))]).toEqual([{ field: 1, value: 5 }, { field: 3, value: 2 ** 40 }]);
+
+    // A pagemap read and written back is the same file, whatever its entries' form.
+    const dir = join(root, 'pagemap-round-trip');
+    mkdirSync(dir);
+    const entries = [
+      encodeVarintFields([[1, 3]]),
+      encodeVarintFields([[1, 0x7fff12345000n], [2, 0], [4, 4 | 2], [5, 300]]),
+      encodeVarintFields([[1, 0x10000n], [2, 7], [4, 4]]), // an old CRIU's: compat_nr_pages only
+      encodeVarintFields([[1, 2n ** 56n + 3n * 4096n], [2, 0], [4, 4], [5, 1]]), // 5-level paging's addresses, above 2^53
+    ];
+    const bytes = criuImageBytes(0x56084025, entries);
+    writeFileSync(join(dir, 'pagemap-9.img'), bytes);
+    const [pm] = processPagemaps(dir);
+    expect(pm.entries.map((e: any) => [e.vaddr, e.pages, e.compat])).toEqual([[0x7fff12345000, 300, false], [0x10000, 7, true], [2 ** 56 + 3 * 4096, 1, false]]);
+    expect(Buffer.from(pagemapBytes(pm, pm.entries)).equals(bytes)).toBe(true);
+    // An entry at no page's address is damage, not something to round.
+    writeFileSync(join(dir, 'pagemap-9.img'), criuImageBytes(0x56084025, [entries[0], encodeVarintFields([[1, 0x10001n], [2, 0], [4, 4], [5, 1]])]));
+    expect(() => processPagemaps(dir)).toThrow(/pagemap-9\.img: pagemap entry at 10001, not a page's address/);
   });
 
   it('packing follows CRIU as it writes: whole frames are packed before CRIU is done, the rest after', async () => {

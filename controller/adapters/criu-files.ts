@@ -33,7 +33,7 @@ function regularFile(bytes: Uint8Array): CriuRegularFile | undefined {
   for (const f of protoFields(bytes)) {
     if (f.field === 2 && f.value !== undefined) flags = Number(f.value);
     else if (f.field === 6 && f.bytes) path = Buffer.from(f.bytes).toString('utf8');
-    else if (f.field === 8 && f.value !== undefined) size = f.value;
+    else if (f.field === 8 && f.value !== undefined) size = BigInt(f.value);
   }
   return path === undefined ? undefined : { path, flags, size };
 }

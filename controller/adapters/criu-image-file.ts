@@ -10,23 +10,33 @@ import { GpuckptError } from '../base/errors.js';
 
 const IMG_COMMON_MAGIC = 0x54564319;
 
-/** One field of a protobuf message: its number, with its varint value or its bytes. */
+/** One field of a protobuf message: its number, with its varint value (a number where exact, below 2^53; a bigint above) or its bytes. */
 export interface ProtoField {
   field: number;
-  value?: bigint;
+  value?: number | bigint;
   bytes?: Uint8Array;
 }
 
 /** The fields of one protobuf message, in the order written (fixed-width ones skipped). */
 export function* protoFields(b: Uint8Array): Generator<ProtoField> {
   let at = 0;
-  const varint = (): bigint => {
-    let v = 0n;
-    for (let shift = 0n; ; shift += 7n) {
+  // In Number arithmetic up to 7 bytes (49 bits), BigInt's only beyond: a
+  // BigInt per byte made a restore's plan mostly garbage collection.
+  const varint = (): number | bigint => {
+    let v = 0;
+    let scale = 1;
+    for (let i = 0; i < 7; i++, scale *= 0x80) {
+      if (at >= b.length) throw new Error('truncated varint');
+      const byte = b[at++]!;
+      v += (byte & 0x7f) * scale;
+      if (!(byte & 0x80)) return v;
+    }
+    let big = BigInt(v);
+    for (let shift = 49n; ; shift += 7n) {
       if (at >= b.length || shift > 63n) throw new Error('truncated varint');
       const byte = b[at++]!;
-      v |= BigInt(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) return v;
+      big |= BigInt(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
     }
   };
   const take = (n: number): Uint8Array => {
@@ -97,12 +107,50 @@ export function criuEntries(dir: string, name: string, magic: number, optional: 
   if (b.length < 8 || b.readUInt32LE(0) !== IMG_COMMON_MAGIC || b.readUInt32LE(4) !== magic) throw new GpuckptError('IMAGE_CORRUPT', `${file}: not the CRIU image it should be`);
   for (let at = 8; at < b.length; ) {
     const len = at + 4 <= b.length ? b.readUInt32LE(at) : -1;
-    const entry = b.subarray(at + 4, at + 4 + len);
-    if (len < 0 || entry.length !== len) throw new GpuckptError('IMAGE_CORRUPT', `${file}: truncated entry at byte ${at}`);
-    out.push(entry);
+    if (len < 0 || at + 4 + len > b.length) throw new GpuckptError('IMAGE_CORRUPT', `${file}: truncated entry at byte ${at}`);
+    out.push(new Uint8Array(b.buffer, b.byteOffset + at + 4, len)); // not b.subarray: a Buffer each cost more than decoding it
     at += 4 + len;
   }
   return out;
+}
+
+/**
+ * A CRIU image of messages of varint fields only, into one growing buffer:
+ * write calls put(field, value) for each field of a message in order, then
+ * end() after each message. Values are Numbers (exact below 2^53, and
+ * page-aligned addresses beyond). A Buffer per message was most of the
+ * cost of writing a pagemap back.
+ */
+export function varintMessagesImage(magic: number, write: (put: (field: number, value: number) => void, end: () => void) => void): Buffer {
+  let out = Buffer.allocUnsafe(1 << 16);
+  let at = 12; // the magics, then the first message's length
+  let start = 8;
+  const room = (n: number) => {
+    if (at + n <= out.length) return;
+    const grown = Buffer.allocUnsafe(Math.max(out.length * 2, at + n));
+    out.copy(grown, 0, 0, at);
+    out = grown;
+  };
+  const varint = (v: number) => {
+    for (; v >= 0x80; v = Math.floor(v / 0x80)) out[at++] = (v % 0x80) | 0x80;
+    out[at++] = v;
+  };
+  write(
+    (field, value) => {
+      room(22);
+      varint(field * 8);
+      varint(value);
+    },
+    () => {
+      out.writeUInt32LE(at - start - 4, start);
+      room(4);
+      start = at;
+      at += 4;
+    },
+  );
+  out.writeUInt32LE(IMG_COMMON_MAGIC, 0);
+  out.writeUInt32LE(magic, 4);
+  return out.subarray(0, start);
 }
 
 /** A CRIU image file's bytes: its magics, then each entry with its length. */

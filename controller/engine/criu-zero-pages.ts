@@ -21,7 +21,7 @@ export interface ZeroDrop {
   pagemap: { name: string; bytes: Buffer };
 }
 
-const P = BigInt(PAGE_BYTES);
+const P = PAGE_BYTES;
 
 /**
  * What a restore from dir leaves out, given the zero pages of each pages
@@ -52,22 +52,21 @@ export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fil
  * does, not every entry against every mapping (thousands of each on a
  * PyTorch rank).
  */
-function anonPageRuns(pm: ProcessPagemap, ranges: [bigint, bigint][]): PageRuns {
+function anonPageRuns(pm: ProcessPagemap, ranges: [number, number][]): PageRuns {
   const runs: PageRuns = [];
   let p = 0;
   let from = 0;
-  let last = -1n;
+  let last = -1;
   for (const e of pm.entries) {
-    const end = e.vaddr + BigInt(e.pages) * P;
+    const end = e.vaddr + e.pages * P;
     if (e.vaddr < last) from = 0; // out of order: search from the start
     last = e.vaddr;
     while (from < ranges.length && ranges[from]![1] <= e.vaddr) from++;
     for (let r = from; r < ranges.length && ranges[r]![0] < end; r++) {
       const [s, t] = ranges[r]!;
-      const lo = s > e.vaddr ? s : e.vaddr;
-      const hi = t < end ? t : end;
-      const first = p + Number((lo - e.vaddr) / P);
-      addRun(runs, first, Number((hi - lo + P - 1n) / P));
+      const lo = Math.max(s, e.vaddr);
+      const hi = Math.min(t, end);
+      addRun(runs, p + Math.floor((lo - e.vaddr) / P), Math.ceil((hi - lo) / P));
     }
     p += e.pages;
   }
@@ -84,7 +83,7 @@ function leaveOut(pm: ProcessPagemap, a: PageRuns, b: PageRuns): { kept: Pagemap
     let at = p;
     const end = p + e.pages;
     const keep = (to: number) => {
-      if (to > at) kept.push({ ...e, vaddr: e.vaddr + BigInt(at - p) * P, pages: to - at });
+      if (to > at) kept.push({ ...e, vaddr: e.vaddr + (at - p) * P, pages: to - at });
     };
     while (d < dropped.length && dropped[d]! < end) {
       const first = Math.max(dropped[d]!, p);
