@@ -466,7 +466,11 @@ const page = [
   '',
   headline(),
   '',
-  ...files.map((f) => table(f.replace(/\.json$/, ''), results[f.replace(/\.json$/, '')])),
+  ...files.map((f) => {
+    const r = results[f.replace(/\.json$/, '')];
+    // notes: what a later reader must know beside the figures (other runs, what varies), added by hand.
+    return [table(f.replace(/\.json$/, ''), r), ...(r.notes ?? []).flatMap((n) => [n, ''])].join('\n\n');
+  }),
 ];
 fs.writeFileSync(doc, page.join('\n').replace(/\n{3,}/g, '\n\n'));
 console.log(`bench-report: ${files.length} workload(s) from ${dir} into ${doc} (${page.join('\n').split('\n').length} lines)`);
