@@ -66,17 +66,17 @@ $(T)/test_prefault: test/c/test_prefault.c shim/control/prefault.c shim/control/
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/control -o $@ test/c/test_prefault.c shim/control/prefault.c -pthread
 
-$(T)/test_driver_zeros: test/c/test_driver_zeros.c shim/control/driver_zeros.c shim/control/driver_zeros.h shim/interpose/driver_mappings.h
+$(T)/test_driver_zeros: test/c/test_driver_zeros.c shim/control/driver_zeros.c shim/control/driver_zeros.h shim/interpose/driver_mappings.h shim/interpose/proc_maps.c shim/interpose/proc_maps.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_driver_zeros.c shim/control/driver_zeros.c -pthread
+	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_driver_zeros.c shim/control/driver_zeros.c shim/interpose/proc_maps.c -pthread
 
 $(T)/test_driver_mappings: test/c/test_driver_mappings.c shim/interpose/driver_mappings.c shim/interpose/driver_mappings.h
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_driver_mappings.c shim/interpose/driver_mappings.c -ldl -pthread
 
-$(T)/test_device_files: test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/device_files.h
+$(T)/test_device_files: test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/device_files.h shim/interpose/proc_maps.c shim/interpose/proc_maps.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_device_files.c shim/interpose/device_files.c -pthread
+	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/proc_maps.c -pthread
 
 # Linked against the fake, to make exported GPU memory as a controller does for a migrate.
 $(T)/protocol_client: test/c/protocol_client.c protocol/gpuckpt_protocol.h $(T)/fake/libcuda.so.1

@@ -5,12 +5,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "../interpose/driver_mappings.h"
+#include "../interpose/proc_maps.h"
 
 /* Pieces a thread takes at a time; whole huge pages. */
 #define PIECE (8ul << 20)
@@ -81,35 +81,37 @@ static void *scan_pieces(void *arg)
     }
 }
 
+struct readable {
+    const struct gp_mapping *m;
+    unsigned n;
+    struct gp_mapping *out;
+    unsigned k;
+};
+
+static int readable_part(const struct gp_maps_line *l, void *arg)
+{
+    struct readable *r = arg;
+    bool anon = l->inode == 0 && (!l->path[0] || !strncmp(l->path, "[anon:", 6));
+    if (!anon || l->shared || l->prot != (PROT_READ | PROT_WRITE))
+        return 0;
+    for (unsigned i = 0; i < r->n && r->k < MAX_SEGMENTS; i++) {
+        uintptr_t a = r->m[i].lo > l->lo ? r->m[i].lo : l->lo;
+        uintptr_t b = r->m[i].lo + r->m[i].len < l->hi ? r->m[i].lo + r->m[i].len : l->hi;
+        if (a < b)
+            r->out[r->k++] = (struct gp_mapping){ a, b - a };
+    }
+    return r->k == MAX_SEGMENTS; /* full: the rest is not scanned */
+}
+
 /* The parts of the records that are private anonymous memory, readable
  * and writable now: the driver also maps reservations without access and
  * changes protections and mappings by other means than the interposed
  * calls, and a page without access cannot be read. */
 static unsigned readable_parts(const struct gp_mapping *m, unsigned n, struct gp_mapping *out)
 {
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return 0;
-    unsigned k = 0;
-    char line[512];
-    while (k < MAX_SEGMENTS && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, inode;
-        char perms[8];
-        int path_at = 0;
-        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %n", &lo, &hi, perms, &inode, &path_at) != 4)
-            continue;
-        bool anon = inode == 0 && (line[path_at] == '\n' || line[path_at] == '\0' || !strncmp(line + path_at, "[anon:", 6));
-        if (!anon || strcmp(perms, "rw-p") != 0)
-            continue;
-        for (unsigned i = 0; i < n && k < MAX_SEGMENTS; i++) {
-            uintptr_t a = m[i].lo > lo ? m[i].lo : lo;
-            uintptr_t b = m[i].lo + m[i].len < hi ? m[i].lo + m[i].len : hi;
-            if (a < b)
-                out[k++] = (struct gp_mapping){ a, b - a };
-        }
-    }
-    fclose(f);
-    return k;
+    struct readable r = { m, n, out, 0 };
+    gp_maps_each(readable_part, &r); /* unreadable: nothing scanned */
+    return r.k;
 }
 
 static int drop_recorded(const struct gp_mapping *recorded, unsigned nrecorded, void *arg)

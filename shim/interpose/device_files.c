@@ -10,6 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "proc_maps.h"
+
 struct range {
     uintptr_t lo, hi;
     int prot;
@@ -26,69 +28,25 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static uintptr_t parse_hex(const char **p)
-{
-    uintptr_t v = 0;
-    for (;; (*p)++) {
-        char c = **p;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return v;
-        v = v * 16 + (uintptr_t)d;
-    }
-}
+struct collected {
+    const char *prefix;
+    int n;
+};
 
-/* One line of /proc/self/maps: "lo-hi perms offset dev inode   path". */
-static bool parse_line(const char *line, const char *prefix, struct range *r)
+static int collect_one(const struct gp_maps_line *l, void *arg)
 {
-    const char *p = line;
-    r->lo = parse_hex(&p);
-    if (*p++ != '-')
-        return false;
-    r->hi = parse_hex(&p);
-    if (*p++ != ' ' || strlen(p) < 4)
-        return false;
-    r->prot = (p[0] == 'r' ? PROT_READ : 0) | (p[1] == 'w' ? PROT_WRITE : 0) | (p[2] == 'x' ? PROT_EXEC : 0);
-    for (int field = 0; field < 4; field++) { /* perms, offset, dev, inode */
-        while (*p && *p != ' ')
-            p++;
-        while (*p == ' ')
-            p++;
-    }
-    return *p == '/' && starts_with(p, prefix);
+    struct collected *c = arg;
+    if (c->n < MAX_RANGES && l->path[0] == '/' && starts_with(l->path, c->prefix))
+        ranges[c->n++] = (struct range){ l->lo, l->hi, l->prot };
+    return 0;
 }
 
 /* Up to MAX_RANGES matching mappings into ranges; their count or -errno. */
 static int collect(const char *prefix)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    char buf[8192];
-    size_t have = 0;
-    int n = 0;
-    for (;;) {
-        ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        have += (size_t)got;
-        buf[have] = 0;
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n'))) {
-            *nl = 0;
-            if (n < MAX_RANGES && parse_line(line, prefix, &ranges[n]))
-                n++;
-            line = nl + 1;
-        }
-        have = (size_t)(buf + have - line);
-        memmove(buf, line, have);
-        if (have == sizeof(buf) - 1)
-            have = 0; /* a line longer than the buffer: no mapping we look for */
-    }
-    close(fd);
-    return n;
+    struct collected c = { prefix, 0 };
+    int err = gp_maps_each(collect_one, &c);
+    return err ? err : c.n;
 }
 
 /* The mapping at r becomes private zero memory with its protection, in
