@@ -78,6 +78,10 @@ $(T)/test_device_files: test/c/test_device_files.c shim/interpose/device_files.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -Ishim/interpose -o $@ test/c/test_device_files.c shim/interpose/device_files.c shim/interpose/proc_maps.c -pthread
 
+$(T)/test_proxy_wake: test/c/test_proxy_wake.c shim/collective/proxy_wake.c shim/collective/proxy_wake.h shim/interpose/log.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -Ishim/collective -o $@ test/c/test_proxy_wake.c shim/collective/proxy_wake.c shim/interpose/log.c -ldl -pthread
+
 # Linked against the fake, to make exported GPU memory as a controller does for a migrate.
 $(T)/protocol_client: test/c/protocol_client.c protocol/gpuckpt_protocol.h $(T)/fake/libcuda.so.1
 	$(CC) $(TEST_CFLAGS) -o $@ $< -L$(T)/fake -lcuda -Wl,-rpath,'$$ORIGIN/fake'
@@ -102,7 +106,7 @@ $(T)/sibling_restore: test/fake-criu/sibling_restore.c
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -o $@ $<
 
-TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_staging $(T)/test_spare_memory $(T)/test_prefault $(T)/test_driver_zeros $(T)/test_driver_mappings $(T)/test_device_files \
+TEST_BINS := $(T)/plugin_host $(T)/sibling_restore $(T)/shim/libgpuckpt.so $(T)/fake/libcuda.so.1 $(T)/fake-old/libcuda.so.1 $(T)/fake/libnvidia-ml.so.1 $(T)/fake_selftest $(T)/test_alloc $(T)/test_gate $(T)/test_cut $(T)/test_config $(T)/test_bounce $(T)/test_staging $(T)/test_spare_memory $(T)/test_prefault $(T)/test_driver_zeros $(T)/test_driver_mappings $(T)/test_device_files $(T)/test_proxy_wake \
 	$(T)/protocol_client $(T)/pool_app_linked $(T)/pool_app_dlopen $(T)/fake/libnccl.so.2 $(T)/ddp_app
 
 test-build: all $(TEST_BINS)
@@ -124,6 +128,7 @@ check: test-build
 	$(T)/test_driver_zeros
 	$(T)/test_driver_mappings
 	$(T)/test_device_files
+	$(T)/test_proxy_wake
 	$(T)/fake_selftest
 
 .PHONY: test-build

@@ -14,6 +14,7 @@
 #include "../interpose/shim.h"
 #include "communicators.h"
 #include "cut.h"
+#include "proxy_wake.h"
 #include "real_nccl.h"
 
 #define READY_TIMEOUT_NS (120ull * 1000000000ull)
@@ -85,10 +86,12 @@ int gp_nccl_teardown(char *why, size_t n)
     struct gp_comm *list = gp_comm_list();
     pthread_mutex_unlock(&gp_comms_lock);
     gp_nccl_enter_real();
+    gp_proxy_wake_arm(true);
     int err = 0;
     for (struct gp_comm *c = list; c && !err; c = c->next)
         if (c->real)
             err = destroy_one(c, why, n);
+    gp_proxy_wake_arm(false);
     gp_nccl_leave_real();
     return err;
 }
