@@ -162,10 +162,14 @@ describe('a job of two ranks', () => {
   });
 
   it('checkpoint stops the whole job with its communicators torn down', async () => {
-    const job = await startJob('ddp-stop', ['launch', '2', '400', '25']);
+    // Each communicator runs a thread like NCCL's UDS service thread, which
+    // reads its stop flag only when its poll returns: the teardown wakes it.
+    const job = await startJob('ddp-stop', ['launch', '2', '400', '25'], { FAKE_NCCL_UDS: '1' });
     const c = cli(['checkpoint', String(job.pid), '-o', box.path('c'), '--json']);
     expect(c.stderr).toBe('');
     expect(json(c.stdout)).toMatchObject({ members: job.ranks(), leftRunning: false });
+    const ends = readFileSync(job.out, 'utf8').match(/UDS thread ended .*/g);
+    expect(ends).toEqual(['UDS thread ended by a datagram', 'UDS thread ended by a datagram']);
     // The fake CRIU stops the tree; the real one ends it.
     const dumped = json(readFileSync(join(box.path('c'), 'criu', 'fake-criu.json'), 'utf8'));
     expect(dumped.tree.map(Number).sort()).toEqual([job.pid, ...job.ranks()].sort());

@@ -24,10 +24,11 @@ describe('gated list', () => {
       .sort();
     expect(exported.filter((n) => n.startsWith('cu'))).toEqual(listed);
     // NCCL's entry points (shim/collective/nccl_functions.h), syscall (io_uring refused), the framework hook's two (control/framework_hook.h)
-    // and the mapping calls that find the driver's copy of the device state (interpose/driver_mappings.c).
+    // the mapping calls that find the driver's copy of the device state (interpose/driver_mappings.c),
+    // and pthread_join, which wakes NCCL's UDS thread in a teardown (collective/proxy_wake.h).
     const nccl = readFileSync(join(ROOT, 'shim', 'collective', 'nccl_functions.h'), 'utf8');
     const ncclListed = [...nccl.matchAll(/^GP_NCCL_(?:OP|COUNTED|OTHER)\((\w+)/gm)].map((m) => m[1]!);
-    expect(exported.filter((n) => !n.startsWith('cu'))).toEqual(['dlsym', 'gpuckpt_framework_report', 'gpuckpt_framework_wait', 'mmap', 'mmap64', 'mremap', 'munmap', ...ncclListed, 'syscall'].sort());
+    expect(exported.filter((n) => !n.startsWith('cu'))).toEqual(['dlsym', 'gpuckpt_framework_report', 'gpuckpt_framework_wait', 'mmap', 'mmap64', 'mremap', 'munmap', ...ncclListed, 'pthread_join', 'syscall'].sort());
     expect(Number(list.match(/#define GP_GATED_COUNT (\d+)/)![1])).toBe(listed.length);
   });
 

@@ -11,20 +11,31 @@
  * queries, register/deregister, ncclMemAlloc. While a process has a
  * communicator, the file <fake ckpt dir>/<pid>.peers exists: the fake
  * driver then refuses to checkpoint it, as the real one fails on a process
- * holding peers' memory. */
+ * holding peers' memory.
+ *
+ * With FAKE_NCCL_UDS=1 each communicator runs a thread like NCCL's UDS
+ * service thread: poll() on a datagram socket bound to NCCL's abstract
+ * name, its stop flag read only when poll returns (here after 10 s, in
+ * NCCL after 500 ms). Destroy sets the flag, joins the thread and says on
+ * stderr whether a datagram or the timeout ended it. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,12 +56,19 @@ struct segment {
     float data[MAX_RANKS][MAX_FLOATS];
 };
 
+struct uds_service {
+    int fd;
+    atomic_int stop, by_datagram;
+    pthread_t thread;
+};
+
 struct ncclComm {
     struct segment *seg;
     char name[96];
     int nranks, rank, device;
     unsigned splits;
     int registered;
+    struct uds_service *uds;
 };
 typedef struct ncclComm *ncclComm_t;
 
@@ -95,6 +113,57 @@ static void barrier(struct ncclComm *c)
     }
 }
 
+static void *uds_service_main(void *arg)
+{
+    struct uds_service *u = arg;
+    struct pollfd p = { .fd = u->fd, .events = POLLIN };
+    for (;;) {
+        int ret;
+        do
+            ret = poll(&p, 1, 10000);
+        while (ret < 0 && errno == EINTR);
+        if (atomic_load(&u->stop)) {
+            atomic_store(&u->by_datagram, ret > 0);
+            return NULL;
+        }
+        char b;
+        if (ret > 0 && recv(u->fd, &b, 1, MSG_DONTWAIT) < 0)
+            return NULL;
+    }
+}
+
+static struct uds_service *uds_start(int rank)
+{
+    const char *on = getenv("FAKE_NCCL_UDS");
+    if (!on || strcmp(on, "1") != 0)
+        return NULL;
+    struct uds_service *u = calloc(1, sizeof(*u));
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    static atomic_uint serial;
+    snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/nccl-socket-%d-%x%x", rank, (unsigned)getpid(), atomic_fetch_add(&serial, 1));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(a.sun_path));
+    a.sun_path[0] = '\0';
+    u->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (u->fd < 0 || bind(u->fd, (struct sockaddr *)&a, len) != 0 || pthread_create(&u->thread, NULL, uds_service_main, u) != 0) {
+        if (u->fd >= 0)
+            close(u->fd);
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+static void uds_stop(struct uds_service *u, int rank)
+{
+    if (!u)
+        return;
+    atomic_store(&u->stop, 1);
+    pthread_join(u->thread, NULL);
+    fprintf(stderr, "fake-nccl: rank %d: UDS thread ended %s\n", rank, atomic_load(&u->by_datagram) ? "by a datagram" : "at its poll timeout");
+    close(u->fd);
+    free(u);
+}
+
 static ncclResult_t attach(struct ncclComm **out, const char *name, int nranks, int rank, int device)
 {
     if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks)
@@ -124,6 +193,7 @@ static ncclResult_t attach(struct ncclComm **out, const char *name, int nranks, 
     if (rank == 0)
         shm_unlink(name); /* the mappings keep it */
     peers_marker(1);
+    c->uds = uds_start(rank);
     *out = c;
     return ncclSuccess;
 }
@@ -213,6 +283,7 @@ static ncclResult_t detach(ncclComm_t comm)
 {
     if (!comm)
         return ncclInvalidArgument;
+    uds_stop(comm->uds, comm->rank);
     munmap(comm->seg, sizeof(*comm->seg));
     free(comm);
     peers_marker(-1);
