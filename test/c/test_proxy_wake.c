@@ -78,6 +78,13 @@ static int start(struct sleeper *s, const char *name, int nfds)
     }
 }
 
+static void close_fds(struct sleeper *s)
+{
+    close(s->fd);
+    close(s->pipe[0]);
+    close(s->pipe[1]);
+}
+
 /* Ends s: stop, then a datagram of its own. */
 static void end(struct sleeper *s)
 {
@@ -86,9 +93,7 @@ static void end(struct sleeper *s)
     sendto(w, "", 0, 0, (struct sockaddr *)&s->addr, s->len);
     close(w);
     pthread_join(s->thread, NULL);
-    close(s->fd);
-    close(s->pipe[0]);
-    close(s->pipe[1]);
+    close_fds(s);
 }
 
 static void test_armed_join_wakes_nccl_thread(void)
@@ -100,27 +105,27 @@ static void test_armed_join_wakes_nccl_thread(void)
     CHECK(pthread_join(s.thread, NULL) == 0); /* no return without the wake */
     gp_proxy_wake_arm(false);
     CHECK(atomic_load(&s.requests) == 0);
-    close(s.fd);
-    close(s.pipe[0]);
-    close(s.pipe[1]);
+    close_fds(&s);
+}
+
+/* A thread asleep on name with nfds pollfds is not one to wake. */
+static void check_left_alone(const char *name, int nfds)
+{
+    struct sleeper s;
+    CHECK(start(&s, name, nfds) == 0);
+    CHECK(gp_proxy_wake(s.thread) == 0);
+    end(&s);
+    CHECK(atomic_load(&s.requests) == 0);
 }
 
 static void test_other_socket_left_alone(void)
 {
-    struct sleeper s;
-    CHECK(start(&s, "/tmp/other-socket-0", 1) == 0);
-    CHECK(gp_proxy_wake(s.thread) == 0);
-    end(&s);
-    CHECK(atomic_load(&s.requests) == 0);
+    check_left_alone("/tmp/other-socket-0", 1);
 }
 
 static void test_poll_on_more_fds_left_alone(void)
 {
-    struct sleeper s;
-    CHECK(start(&s, "/tmp/nccl-socket-1", 2) == 0);
-    CHECK(gp_proxy_wake(s.thread) == 0);
-    end(&s);
-    CHECK(atomic_load(&s.requests) == 0);
+    check_left_alone("/tmp/nccl-socket-1", 2);
 }
 
 static void test_wake_before_stop_is_a_request(void)
