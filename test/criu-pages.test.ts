@@ -11,6 +11,7 @@ import { appendFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFile
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { imageFile, message } from './fake-criu/criu-image.mjs';
 
 const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`, import.meta.url).href);
 const { unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
@@ -18,7 +19,7 @@ const { packCriuPages, CriuPagesPacker } = await engine('criu-pages-pack');
 const { CodecPool } = await engine('codec-pool');
 const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
-const { criuImageBytes, encodeVarintFields, protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
+const { protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
 const { pagemapBytes, processPagemaps } = await import(new URL('../dist/controller/adapters/criu-memory.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-pages-'));
@@ -178,12 +179,12 @@ describe('CRIU pages', () => {
     const A = 0x7f0000000000n;
     const at = (page: number) => A + BigInt(page * PAGE);
     // Private anonymous mappings: pages 0-9 and 20-29 (between them: not anonymous).
-    const vmas = [[at(0), at(10)], [at(20), at(30)]].map(([s, e]) => encodeVarintFields([[1, s], [2, e], [7, 1 | (1 << 9)]]));
-    const mm = Buffer.concat(vmas.flatMap((v) => [Buffer.from([(14 << 3) | 2, v.length]), v]));
-    writeFileSync(join(dir, 'mm-7.img'), criuImageBytes(0x57492820, [mm]));
+    const vmas = [[at(0), at(10)], [at(20), at(30)]].map(([s, e]) => message([[1, s], [2, e], [7, 1 | (1 << 9)]]));
+    const mm = message(vmas.map((v) => [14, v]));
+    writeFileSync(join(dir, 'mm-7.img'), imageFile(0x57492820, [mm]));
     // In file order: 5 pages at 20 (anonymous), then 25 pages at 0 (0-9 anonymous, 10-19 not, 20-24 anonymous).
-    const entry = (page: number, n: number) => encodeVarintFields([[1, at(page)], [2, 0], [4, 4 | 2], [5, n]]);
-    writeFileSync(join(dir, 'pagemap-7.img'), criuImageBytes(0x56084025, [encodeVarintFields([[1, 3]]), entry(20, 5), entry(0, 25)]));
+    const entry = (page: number, n: number) => message([[1, at(page)], [2, 0], [4, 4 | 2], [5, n]]);
+    writeFileSync(join(dir, 'pagemap-7.img'), imageFile(0x56084025, [message([[1, 3]]), entry(20, 5), entry(0, 25)]));
     const [drop] = planZeroDrops(dir, new Map([['pages-3.img', [0, 30]]]), new Map([['pages-3.img', 30 * PAGE]]));
     // File pages 0-4 (addresses 20-24), 5-14 (0-9) and 25-29 (20-24): anonymous; 15-24 (10-19): not.
     expect(drop.dropped).toEqual([0, 15, 25, 5]);
@@ -192,27 +193,27 @@ describe('CRIU pages', () => {
 
   it('varints: Numbers where exact, BigInts beyond 2^53, up to 64 bits, read back as written; pagemaps written back as read', () => {
     const values = [0n, 1n, 127n, 128n, 300n, 0x7fff12345000n, BigInt(Number.MAX_SAFE_INTEGER), BigInt(Number.MAX_SAFE_INTEGER) + 1n, 2n ** 64n - 1n];
-    const fields = [...protoFields(encodeVarintFields(values.map((v, i) => [i + 1, v])))];
+    const fields = [...protoFields(message(values.map((v, i) => [i + 1, v])))];
     expect(fields.map((f) => BigInt(f.value))).toEqual(values);
     expect(fields.map((f) => typeof f.value)).toEqual([...Array(7).fill('number'), 'bigint', 'bigint']);
-    expect([...protoFields(encodeVarintFields([[1, 5], [2, undefined], [3, 2 ** 40]]))]).toEqual([{ field: 1, value: 5 }, { field: 3, value: 2 ** 40 }]);
+    expect([...protoFields(message([[1, 5], [2, undefined], [3, 2 ** 40]]))]).toEqual([{ field: 1, value: 5 }, { field: 3, value: 2 ** 40 }]);
 
     // A pagemap read and written back is the same file, whatever its entries' form.
     const dir = join(root, 'pagemap-round-trip');
     mkdirSync(dir);
     const entries = [
-      encodeVarintFields([[1, 3]]),
-      encodeVarintFields([[1, 0x7fff12345000n], [2, 0], [4, 4 | 2], [5, 300]]),
-      encodeVarintFields([[1, 0x10000n], [2, 7], [4, 4]]), // an old CRIU's: compat_nr_pages only
-      encodeVarintFields([[1, 2n ** 56n + 3n * 4096n], [2, 0], [4, 4], [5, 1]]), // 5-level paging's addresses, above 2^53
+      message([[1, 3]]),
+      message([[1, 0x7fff12345000n], [2, 0], [4, 4 | 2], [5, 300]]),
+      message([[1, 0x10000n], [2, 7], [4, 4]]), // an old CRIU's: compat_nr_pages only
+      message([[1, 2n ** 56n + 3n * 4096n], [2, 0], [4, 4], [5, 1]]), // 5-level paging's addresses, above 2^53
     ];
-    const bytes = criuImageBytes(0x56084025, entries);
+    const bytes = imageFile(0x56084025, entries);
     writeFileSync(join(dir, 'pagemap-9.img'), bytes);
     const [pm] = processPagemaps(dir);
     expect(pm.entries.map((e: any) => [e.vaddr, e.pages, e.compat])).toEqual([[0x7fff12345000, 300, false], [0x10000, 7, true], [2 ** 56 + 3 * 4096, 1, false]]);
     expect(Buffer.from(pagemapBytes(pm, pm.entries)).equals(bytes)).toBe(true);
     // An entry at no page's address is damage, not something to round.
-    writeFileSync(join(dir, 'pagemap-9.img'), criuImageBytes(0x56084025, [entries[0], encodeVarintFields([[1, 0x10001n], [2, 0], [4, 4], [5, 1]])]));
+    writeFileSync(join(dir, 'pagemap-9.img'), imageFile(0x56084025, [entries[0], message([[1, 0x10001n], [2, 0], [4, 4], [5, 1]])]));
     expect(() => processPagemaps(dir)).toThrow(/pagemap-9\.img: pagemap entry at 10001, not a page's address/);
   });
 

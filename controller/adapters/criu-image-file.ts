@@ -66,32 +66,6 @@ export function* protoFields(b: Uint8Array): Generator<ProtoField> {
   }
 }
 
-/** A protobuf message of varint fields only, in the order given (undefined ones left out). */
-export function encodeVarintFields(fields: [number, bigint | number | undefined][]): Buffer {
-  const out: number[] = [];
-  // In Number arithmetic where exact (addresses are below 2^53): with
-  // BigInt's, writing the pagemaps took 40 % of a restore's plan (profiled).
-  const varint = (v: bigint | number) => {
-    if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER)) v = Number(v);
-    if (typeof v === 'number') {
-      for (; v >= 0x80; v = Math.floor(v / 0x80)) out.push((v % 0x80) | 0x80);
-      out.push(v);
-      return;
-    }
-    do {
-      const low = Number(v & 0x7fn);
-      v >>= 7n;
-      out.push(v ? low | 0x80 : low);
-    } while (v);
-  };
-  for (const [field, value] of fields) {
-    if (value === undefined) continue;
-    varint(field << 3);
-    varint(value);
-  }
-  return Buffer.from(out);
-}
-
 /** The entries of a CRIU image file (with magic), or none when it is absent and optional. */
 export function criuEntries(dir: string, name: string, magic: number, optional: boolean): Uint8Array[] {
   const file = join(dir, name);
@@ -151,20 +125,6 @@ export function varintMessagesImage(magic: number, write: (put: (field: number, 
   out.writeUInt32LE(IMG_COMMON_MAGIC, 0);
   out.writeUInt32LE(magic, 4);
   return out.subarray(0, start);
-}
-
-/** A CRIU image file's bytes: its magics, then each entry with its length. */
-export function criuImageBytes(magic: number, entries: Uint8Array[]): Buffer {
-  const out = Buffer.allocUnsafe(entries.reduce((n, e) => n + 4 + e.length, 8));
-  out.writeUInt32LE(IMG_COMMON_MAGIC, 0);
-  out.writeUInt32LE(magic, 4);
-  let at = 8;
-  for (const e of entries) {
-    out.writeUInt32LE(e.length, at);
-    out.set(e, at + 4);
-    at += 4 + e.length;
-  }
-  return out;
 }
 
 /** read(), its decoding failures (a message too short, a bad wire type) reported as IMAGE_CORRUPT naming the file. */

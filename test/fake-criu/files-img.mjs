@@ -4,20 +4,9 @@
 // checks them as it checks a real image. Usage: node files-img.mjs DIR PID...
 import { readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { imageFile, message } from './criu-image.mjs';
 
 const [dir, ...pids] = process.argv.slice(2);
-const varint = (n) => {
-  const out = [];
-  let v = BigInt(n);
-  do {
-    let b = Number(v & 0x7fn);
-    v >>= 7n;
-    if (v) b |= 0x80;
-    out.push(b);
-  } while (v);
-  return Buffer.from(out);
-};
-const field = (num, wire, body) => Buffer.concat([varint((num << 3) | wire), ...(wire === 2 ? [varint(body.length), body] : [body])]);
 const O_WRONLY = 1;
 const O_APPEND = 0o2000;
 
@@ -37,21 +26,8 @@ for (const pid of pids) {
     seen.add(path);
     const id = entries.length + 1;
     const checked = !((flags & 3) === O_WRONLY && flags & O_APPEND);
-    const reg = Buffer.concat([
-      field(1, 0, varint(id)),
-      field(2, 0, varint(flags)),
-      field(3, 0, varint(0)),
-      field(5, 2, Buffer.alloc(0)),
-      field(6, 2, Buffer.from(path)),
-      ...(checked ? [field(8, 0, varint(statSync(path).size))] : []),
-    ]);
-    const entry = Buffer.concat([field(1, 0, varint(1)), field(2, 0, varint(id)), field(3, 2, reg)]);
-    const len = Buffer.alloc(4);
-    len.writeUInt32LE(entry.length);
-    entries.push(len, entry);
+    const reg = message([[1, id], [2, flags], [3, 0], [5, Buffer.alloc(0)], [6, Buffer.from(path)], [8, checked ? statSync(path).size : undefined]]);
+    entries.push(message([[1, 1], [2, id], [3, reg]]));
   }
 }
-const head = Buffer.alloc(8);
-head.writeUInt32LE(0x54564319, 0);
-head.writeUInt32LE(0x56303138, 4);
-writeFileSync(join(dir, 'files.img'), Buffer.concat([head, ...entries]));
+writeFileSync(join(dir, 'files.img'), imageFile(0x56303138, entries));

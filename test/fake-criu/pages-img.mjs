@@ -13,73 +13,14 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { entries, fields, imageFile, message } from './criu-image.mjs';
 
 const [mode, dir, ...pids] = process.argv.slice(2);
 const PAGE = 4096;
-const COMMON = 0x54564319;
 const PAGEMAP = 0x56084025;
 const MM = 0x57492820;
 const PE_LAZY = 2;
 const PE_PRESENT = 4;
-
-function varint(v, out) {
-  v = BigInt(v);
-  do {
-    const low = Number(v & 0x7fn);
-    v >>= 7n;
-    out.push(v ? low | 0x80 : low);
-  } while (v);
-}
-/** A message of varint fields and embedded messages ([field, value | Buffer]). */
-function message(fields) {
-  const out = [];
-  for (const [f, v] of fields) {
-    if (Buffer.isBuffer(v)) {
-      varint((f << 3) | 2, out);
-      varint(v.length, out);
-      out.push(...v);
-    } else {
-      varint(f << 3, out);
-      varint(v, out);
-    }
-  }
-  return Buffer.from(out);
-}
-function imageFile(magic, entries) {
-  const parts = [Buffer.alloc(8)];
-  parts[0].writeUInt32LE(COMMON, 0);
-  parts[0].writeUInt32LE(magic, 4);
-  for (const e of entries) {
-    const len = Buffer.alloc(4);
-    len.writeUInt32LE(e.length, 0);
-    parts.push(len, e);
-  }
-  return Buffer.concat(parts);
-}
-function* fields(b) {
-  let at = 0;
-  const v = () => {
-    let x = 0n;
-    for (let s = 0n; ; s += 7n) {
-      const byte = b[at++];
-      x |= BigInt(byte & 0x7f) << s;
-      if (!(byte & 0x80)) return x;
-    }
-  };
-  while (at < b.length) {
-    const key = Number(v());
-    if ((key & 7) === 2) {
-      const n = Number(v());
-      yield [key >> 3, b.subarray(at, (at += n))];
-    } else yield [key >> 3, v()];
-  }
-}
-function entries(path) {
-  const b = readFileSync(path);
-  const out = [];
-  for (let at = 8; at < b.length; at += 4 + b.readUInt32LE(at)) out.push(b.subarray(at + 4, at + 4 + b.readUInt32LE(at)));
-  return out;
-}
 
 /** Process i's mappings: [start, pages, status] (REGULAR|ANON_PRIVATE, REGULAR|FILE_PRIVATE, REGULAR|HEAP|ANON_PRIVATE). */
 function mappings(i) {
