@@ -117,14 +117,23 @@ int gp_proxy_wake(pthread_t t)
     return woke;
 }
 
+typedef int (*pthread_join_fn)(pthread_t, void **);
+static pthread_join_fn real_join;
+
+/* Resolved at load, as driver_mappings.c does for mmap: looked up inside
+ * the first join, dlsym would take the loader's lock in that thread. */
+__attribute__((constructor)) static void resolve_real(void)
+{
+    real_join = (pthread_join_fn)dlsym(RTLD_NEXT, "pthread_join");
+}
+
 GP_EXPORT int pthread_join(pthread_t t, void **result)
 {
-    static int (*real)(pthread_t, void **);
-    if (!real)
-        real = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
-    if (!real)
+    if (!real_join) /* joined before our constructor ran */
+        resolve_real();
+    if (!real_join)
         return ENOSYS;
     if (atomic_load(&armed) > 0)
         gp_proxy_wake(t);
-    return real(t, result);
+    return real_join(t, result);
 }
