@@ -7,10 +7,11 @@
  * packing leaves CRIU's files as they were.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { appendFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, fstatSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { imageFile, message } from './fake-criu/criu-image.mjs';
 
 const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`, import.meta.url).href);
@@ -236,6 +237,48 @@ describe('CRIU pages', () => {
     const scratch = await unpackCriuDir(dir, { workers: 2 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(big)).toBe(true);
     expect(readFileSync(join(scratch.dir, 'pages-2.img')).equals(files['pages-2.img'])).toBe(true);
+    scratch.cleanup();
+  });
+
+  it("the packed files' writeback is started as they grow, and finish waits for the last one before closing them", async () => {
+    const dir = join(root, 'writeback');
+    mkdirSync(dir);
+    const raw = randomBytes(40 << 20); // incompressible: 40 MiB packed, past two 16 MiB steps
+    const calls: { fd: number; packedBytes: number }[] = [];
+    let open = 0;
+    const startWriteback = async (fd: number) => {
+      calls.push({ fd, packedBytes: fstatSync(fd).size });
+      open++;
+      await new Promise((r) => setTimeout(r, 50));
+      fstatSync(fd); // still open: finish has waited
+      open--;
+    };
+    const packer = new CriuPagesPacker(dir, { workers: 2, startWriteback }).follow();
+    writeFileSync(join(dir, 'pages-1.img'), raw);
+    await packer.finish();
+    expect(open).toBe(0);
+    expect(calls.length).toBeGreaterThanOrEqual(1);
+    expect(calls[0].packedBytes).toBeGreaterThanOrEqual(16 << 20);
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
+    scratch.cleanup();
+  });
+
+  it('a refused writeback costs nothing but the final sync: the pages are packed as without it', async () => {
+    const dir = join(root, 'writeback-refused');
+    mkdirSync(dir);
+    const raw = randomBytes(40 << 20);
+    let calls = 0;
+    const startWriteback = async () => {
+      calls++;
+      throw Object.assign(new Error('ESPIPE: sync_file_range'), { code: 'ESPIPE' });
+    };
+    const packer = new CriuPagesPacker(dir, { workers: 2, startWriteback }).follow();
+    writeFileSync(join(dir, 'pages-1.img'), raw);
+    await packer.finish();
+    expect(calls).toBe(1); // not asked again once refused
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
     scratch.cleanup();
   });
 
