@@ -138,6 +138,8 @@ static struct uds_service *uds_start(int rank)
     if (!on || strcmp(on, "1") != 0)
         return NULL;
     struct uds_service *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     static atomic_uint serial;
     snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/nccl-socket-%d-%x%x", rank, (unsigned)getpid(), atomic_fetch_add(&serial, 1));
