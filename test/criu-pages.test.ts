@@ -81,7 +81,7 @@ describe('CRIU pages', () => {
     expect(readlinkSync(join(scratch.dir, 'core-1.img'))).toBe(join(dir, 'core-1.img'));
     const big = statSync(join(scratch.dir, 'pages-1.img'));
     expect(big.blocks * 512).toBeLessThan(big.size); // a third of it zero pages, never written
-    scratch.cleanup();
+    await scratch.cleanup();
     expect(existsSync(scratch.dir)).toBe(false);
     expect(shmScratch()).toEqual(before);
 
@@ -117,7 +117,7 @@ describe('CRIU pages', () => {
     const pagemap = join(scratch.dir, 'pagemap-101.img');
     writeFileSync(pagemap, withoutLastEntry(readFileSync(pagemap)));
     expect(fakeMemory('check', scratch.dir)).toMatchObject({ status: 1, stdout: expect.stringMatching(/Error .*fake-criu: pages-1\.img holds \d+ bytes, its pagemap \d+/) });
-    scratch.cleanup();
+    await scratch.cleanup();
     expect(s.rawBytes).toBe(raw);
   });
 
@@ -152,7 +152,7 @@ describe('CRIU pages', () => {
     const scratch = await unpackCriuDir(other, { workers: 2 });
     expect(scratch.pages.leftOutBytes).toBeUndefined();
     expect(lstatSync(join(scratch.dir, 'pagemap-301.img')).isSymbolicLink()).toBe(true);
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it('the pages left out: runs across pagemap entries and frames, only in private anonymous mappings', () => {
@@ -237,7 +237,7 @@ describe('CRIU pages', () => {
     const scratch = await unpackCriuDir(dir, { workers: 2 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(big)).toBe(true);
     expect(readFileSync(join(scratch.dir, 'pages-2.img')).equals(files['pages-2.img'])).toBe(true);
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it("the packed files' writeback is started as they grow, and finish waits for the last one before closing them", async () => {
@@ -261,7 +261,7 @@ describe('CRIU pages', () => {
     expect(calls[0].packedBytes).toBeGreaterThanOrEqual(16 << 20);
     const scratch = await unpackCriuDir(dir, { workers: 2 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it('a refused writeback costs nothing but the final sync: the pages are packed as without it', async () => {
@@ -279,7 +279,7 @@ describe('CRIU pages', () => {
     expect(calls).toBe(1); // not asked again once refused
     const scratch = await unpackCriuDir(dir, { workers: 2 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it('a packing given up (the dump failed) leaves CRIU\'s files and nothing of its own', async () => {
@@ -299,7 +299,7 @@ describe('CRIU pages', () => {
       expect(lstatSync(join(scratch.dir, n)).isSymbolicLink()).toBe(true);
       expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
     }
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it("leaves out what CRIU writes at a restore, so that a plain `criu restore` run in the image's directory before cannot make it write there", async () => {
@@ -310,7 +310,7 @@ describe('CRIU pages', () => {
     expect(existsSync(join(scratch.dir, 'stats-restore'))).toBe(false);
     expect(existsSync(join(scratch.dir, 'restore.log'))).toBe(false);
     expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
-    scratch.cleanup();
+    await scratch.cleanup();
   });
 
   it('a damaged frame is refused by unpack and verify, naming it; no scratch is left', async () => {

@@ -7,7 +7,8 @@
  * pagemaps rewritten to match (criu-zero-pages.ts). The image itself is
  * never written by a restore.
  */
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, statfsSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, statfsSync, symlinkSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { Limiter } from '../base/limiter.js';
@@ -166,11 +167,11 @@ export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<v
  */
 const WRITTEN_BY_RESTORE = new Set(['stats-restore', 'restore.log']);
 
-/** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup(). */
+/** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup() (its pages freed on libuv's threads). */
 export interface CriuScratch {
   dir: string;
   pages?: PagesSummary;
-  cleanup(): void;
+  cleanup(): Promise<void>;
 }
 
 /**
@@ -193,7 +194,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   if (logEnabled('debug'))
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
   const scratch = await makeScratch(rawBytes - leftOutBytes, dirname(dir));
-  const cleanup = () => rmSync(scratch, { recursive: true, force: true });
+  const cleanup = () => rm(scratch, { recursive: true, force: true });
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
     const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));
@@ -238,7 +239,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     }
     return { dir: scratch, pages: { ...summaryOf(index.files, t0), ...(leftOutBytes ? { leftOutBytes } : {}) }, cleanup };
   } catch (e) {
-    cleanup();
+    await cleanup();
     throw e;
   }
 }
