@@ -78,8 +78,7 @@ export class CriuPagesPacker {
     try {
       if (this.failure === undefined) this.scan(true);
       const files = [...this.files.values()];
-      await Promise.all(files.map((f) => f.tail));
-      await Promise.all(files.map((f) => f.flush));
+      await this.settled();
       if (this.failure !== undefined) throw this.failure;
       for (const f of files) if (f.fd === undefined) f.fd = openSync(join(this.dir, f.name + PACKED), 'w', 0o600); // an empty file
       this.closeAll();
@@ -99,10 +98,15 @@ export class CriuPagesPacker {
   async abandon(): Promise<void> {
     clearTimeout(this.timer);
     this.failure ??= new Error('given up');
-    await Promise.all([...this.files.values()].map((f) => f.tail));
-    await Promise.all([...this.files.values()].map((f) => f.flush));
+    await this.settled();
     this.removePacked();
     if (!this.opts.codecs) await this.codecs.close();
+  }
+
+  /** Every frame handed out written (or given up), and the writeback started last returned: the fds may close. */
+  private async settled(): Promise<void> {
+    await Promise.all([...this.files.values()].map((f) => f.tail));
+    await Promise.all([...this.files.values()].map((f) => f.flush));
   }
 
   /** Every pages file's frames not handed out yet: the whole ones, or (last) all. */
