@@ -28,7 +28,8 @@
  * restores, 4 KiB to 1 GiB; needs the Vulkan loader), BENCH_IMAGE_ONLY
  * (1: the pools and the PyTorch job are measured on whole-process images
  * and the anchor's only), BENCH_TRACE (1: those commands' debug traces in
- * $OUT/trace-*.log).
+ * $OUT/trace-*.log), BENCH_ANCHOR (0: the anchor left out, to compare
+ * variants of gpuckpt itself; its figures then come from another run).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -642,6 +643,10 @@ async function benchWorkload(h, runs, w) {
       await w.verify(p, ready, `${round}: after checkpoint + restore`);
       fs.rmSync(img, { recursive: true, force: true });
 
+      if (process.env.BENCH_ANCHOR === '0') {
+        h.say(`# ${round}: ckpt ${ck.seconds} s; restore ${rs.seconds} s (anchor left out: BENCH_ANCHOR=0)`);
+        continue;
+      }
       const anchor = path.join(p.dir, `anchor-${i}`);
       fs.mkdirSync(anchor);
       const lock = driver(pid, 'lock');
