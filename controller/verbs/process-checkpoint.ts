@@ -27,7 +27,7 @@ import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
 import type { PagesSummary } from '../engine/criu-pages.js';
-import { CriuPagesPacker } from '../engine/criu-pages-pack.js';
+import { CriuPagesPacker, followingWorkers } from '../engine/criu-pages-pack.js';
 import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { CRIU_DIR, writeProcessInfo, type ProcessInfo } from '../engine/restore-plan.js';
@@ -98,7 +98,8 @@ export async function checkpointProcess(
   const notes: string[] = [];
   // CRIU's pages, packed as CRIU writes them (made once the processes are suspended).
   let packer: CriuPagesPacker | undefined;
-  const packerFor = (dir: string) => (opts.rawCriuPages ? undefined : new CriuPagesPacker(dir, { level: opts.level, workers: opts.workers }));
+  const packerFor = (dir: string, following = false) =>
+    opts.rawCriuPages ? undefined : new CriuPagesPacker(dir, { level: opts.level, workers: opts.workers ?? (following ? followingWorkers() : undefined) });
   const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
     if (!packer) return {};
     try {
@@ -202,7 +203,7 @@ export async function checkpointProcess(
   // CRIU cannot dump a process connected to this controller.
   cut?.close();
   const d0 = performance.now();
-  packer = packerFor(criuDir);
+  packer = packerFor(criuDir, true);
   let dumpSeconds = 0;
   let syncSeconds = 0;
   let resumeFailure: unknown;
