@@ -240,8 +240,8 @@ export async function writePoolImage(
       clock.mark('precopy');
     }
     const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, progress, parent, live);
-    // Every frame is compressed: the workers end while the image is synced
-    // (31 of them took 0.11-0.2 s, after the sync when ended at close).
+    // Every frame is compressed: the workers end while the image syncs,
+    // not after it (31 of them took 0.11-0.2 s to end).
     codecs.close().catch(() => undefined);
     clock.phases.pause = round(run.pauseSeconds, 4);
     clock.mark('drain');
