@@ -45,7 +45,7 @@ interface FileState extends PackedFile {
  * was done, the checkpoint waiting on that end (2x H200).
  */
 export function followingWorkers(): number {
-  return Math.max(2, Math.ceil(defaultWorkerCount() / 4));
+  return Math.ceil(defaultWorkerCount() / 4);
 }
 
 export class CriuPagesPacker {
