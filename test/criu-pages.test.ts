@@ -74,7 +74,7 @@ describe('CRIU pages', () => {
     expect(describePacked(dir)).toEqual({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
 
     const before = shmScratch();
-    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
     expect(scratch.pages).toMatchObject({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
     for (const [n, b] of Object.entries(files)) expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
     expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
@@ -101,7 +101,7 @@ describe('CRIU pages', () => {
     const s = await packCriuPages(dir, { workers: 2 });
     const index = JSON.parse(readFileSync(join(dir, PACKED_INDEX), 'utf8'));
     expect(index.files.find((f: { name: string }) => f.name === 'pages-1.img').zeroPages.slice(0, 4)).toEqual([0, 1, 3, 1]); // every third page
-    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
     const left = scratch.pages.leftOutBytes;
     // Zero pages in the file mapping stay: not all zero pages are left out.
     const zeroBytes = index.files.reduce((n: number, f: { zeroPages: number[] }) => n + f.zeroPages.filter((_, i) => i % 2).reduce((a, b) => a + b, 0) * PAGE, 0);
@@ -121,6 +121,21 @@ describe('CRIU pages', () => {
     expect(s.rawBytes).toBe(raw);
   });
 
+  it('fewer zero pages than a plan is worth (64 MiB) are unpacked as they are, every pagemap linked as CRIU wrote it', async () => {
+    const dir = join(root, 'memory-few-zeros');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '401');
+    const raw = statSync(join(dir, 'pages-1.img')).size;
+    await packCriuPages(dir, { workers: 2 });
+    expect(JSON.parse(readFileSync(join(dir, PACKED_INDEX), 'utf8')).files[0].zeroPages.length).toBeGreaterThan(0);
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    expect(scratch.pages.leftOutBytes).toBeUndefined();
+    expect(statSync(join(scratch.dir, 'pages-1.img')).size).toBe(raw);
+    expect(lstatSync(join(scratch.dir, 'pagemap-401.img')).isSymbolicLink()).toBe(true);
+    expect(fakeMemory('check', scratch.dir).status).toBe(0);
+    await scratch.cleanup();
+  });
+
   it("a page the index calls zero that is not is refused as damage; a pagemap with a parent image's pages is left as it is", async () => {
     const dir = join(root, 'memory-damaged');
     mkdirSync(dir);
@@ -131,7 +146,7 @@ describe('CRIU pages', () => {
     index.files[0].zeroPages.splice(0, 2, 0, 2); // page 1 holds data
     writeFileSync(indexPath, JSON.stringify(index));
     const falseZero = { code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 0: the page at byte 4096 is not zero, as its index says$/) };
-    await expect(unpackCriuDir(dir, { workers: 2 })).rejects.toMatchObject(falseZero);
+    await expect(unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 })).rejects.toMatchObject(falseZero);
     const codecs = new CodecPool(2);
     try {
       await expect(verifyCriuPages(dir, codecs)).rejects.toMatchObject(falseZero); // inspect says so too
@@ -149,7 +164,7 @@ describe('CRIU pages', () => {
     b[at + 1] = 0x01;
     writeFileSync(pagemap, b);
     await packCriuPages(other, { workers: 2 });
-    const scratch = await unpackCriuDir(other, { workers: 2 });
+    const scratch = await unpackCriuDir(other, { workers: 2, leaveOutZerosFrom: 0 });
     expect(scratch.pages.leftOutBytes).toBeUndefined();
     expect(lstatSync(join(scratch.dir, 'pagemap-301.img')).isSymbolicLink()).toBe(true);
     await scratch.cleanup();
@@ -234,7 +249,7 @@ describe('CRIU pages', () => {
     const s = await packer.finish();
     expect(s).toMatchObject({ files: 2, rawBytes: big.length + PAGE });
     expect(readdirSync(dir).sort()).toEqual([PACKED_INDEX, 'pages-1.img.zst', 'pages-2.img.zst']);
-    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(big)).toBe(true);
     expect(readFileSync(join(scratch.dir, 'pages-2.img')).equals(files['pages-2.img'])).toBe(true);
     await scratch.cleanup();
@@ -259,7 +274,7 @@ describe('CRIU pages', () => {
     expect(open).toBe(0);
     expect(calls.length).toBeGreaterThanOrEqual(1);
     expect(calls[0].packedBytes).toBeGreaterThanOrEqual(16 << 20);
-    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
     await scratch.cleanup();
   });
@@ -277,7 +292,7 @@ describe('CRIU pages', () => {
     writeFileSync(join(dir, 'pages-1.img'), raw);
     await packer.finish();
     expect(calls).toBe(1); // not asked again once refused
-    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
     expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
     await scratch.cleanup();
   });
@@ -293,7 +308,7 @@ describe('CRIU pages', () => {
 
   it('unpack of raw pages (--raw-criu-pages): everything linked as it is', async () => {
     const { dir, files } = criuDir('raw');
-    const scratch = await unpackCriuDir(dir, { workers: 1 });
+    const scratch = await unpackCriuDir(dir, { workers: 1, leaveOutZerosFrom: 0 });
     expect(scratch.pages).toBeUndefined();
     for (const [n, b] of Object.entries(files)) {
       expect(lstatSync(join(scratch.dir, n)).isSymbolicLink()).toBe(true);
@@ -306,7 +321,7 @@ describe('CRIU pages', () => {
     const { dir } = criuDir('restored-before');
     writeFileSync(join(dir, 'stats-restore'), 'from an earlier restore');
     writeFileSync(join(dir, 'restore.log'), 'from an earlier restore');
-    const scratch = await unpackCriuDir(dir, { workers: 1 });
+    const scratch = await unpackCriuDir(dir, { workers: 1, leaveOutZerosFrom: 0 });
     expect(existsSync(join(scratch.dir, 'stats-restore'))).toBe(false);
     expect(existsSync(join(scratch.dir, 'restore.log'))).toBe(false);
     expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
@@ -323,7 +338,7 @@ describe('CRIU pages', () => {
     bytes[second + 100] ^= 0xff; // inside frame 1
     writeFileSync(path, bytes);
     const before = shmScratch();
-    await expect(unpackCriuDir(dir, { workers: 2 })).rejects.toMatchObject({ code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 1: /) });
+    await expect(unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 })).rejects.toMatchObject({ code: 'IMAGE_DATA_CORRUPT', message: expect.stringMatching(/^image data is corrupt: pages-1\.img\.zst frame 1: /) });
     expect(shmScratch()).toEqual(before);
     const codecs = new CodecPool(2);
     try {

@@ -179,15 +179,17 @@ export interface CriuScratch {
  * it): into /dev/shm when it
  * has room (CRIU reads it at memory speed and nothing reaches a disk), else
  * the run directory, else beside the image. Every frame is checked first by
- * zstd: a damaged image is refused before any process runs.
+ * zstd: a damaged image is refused before any process runs. Zero pages of
+ * private anonymous memory are left out where the index holds at least
+ * leaveOutZerosFrom bytes of them (default PLAN_MIN_ZERO_BYTES).
  */
-export async function unpackCriuDir(dir: string, opts: { workers?: number; codecs?: CodecPool; signal?: AbortSignal } = {}): Promise<CriuScratch> {
+export async function unpackCriuDir(dir: string, opts: { workers?: number; codecs?: CodecPool; signal?: AbortSignal; leaveOutZerosFrom?: number } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
   const clock = new PhaseClock('criu pages unpack', t0); // the trace's steps
   const index = readPackedIndex(dir);
   clock.mark('index');
   const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
-  const drops = new Map((index ? zeroDrops(dir, index) : []).map((d) => [d.file, d]));
+  const drops = new Map((index ? zeroDrops(dir, index, opts.leaveOutZerosFrom ?? PLAN_MIN_ZERO_BYTES) : []).map((d) => [d.file, d]));
   const leftOut = (f: PackedFile) => runsPages(drops.get(f.name)?.dropped ?? []) * PAGE_BYTES;
   const leftOutBytes = index?.files.reduce((n, f) => n + leftOut(f), 0) ?? 0;
   clock.mark('plan');
@@ -244,10 +246,22 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   }
 }
 
-/** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so. */
-function zeroDrops(dir: string, index: PackedIndex): ZeroDrop[] {
+/**
+ * Fewer zero pages than this in the index are not worth leaving out: the
+ * plan decodes every pagemap entry (0.05-0.09 s on the main thread for
+ * issue 26's PyTorch job, before CRIU can start), and CRIU copies pages into
+ * fresh memory at about 1.2 GB/s (2x H200), so 64 MiB cost it about as
+ * much. Since the shim keeps the driver's zero pages out of the dump, that
+ * job's images hold 1-2 MB of zero pages.
+ */
+const PLAN_MIN_ZERO_BYTES = 64 << 20;
+
+/** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so: none below fromBytes of them. */
+function zeroDrops(dir: string, index: PackedIndex, fromBytes: number): ZeroDrop[] {
   const zero = zeroRunsOf(index);
-  return zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
+  const zeroBytes = [...zero.values()].reduce((n, runs) => n + runsPages(runs), 0) * PAGE_BYTES;
+  if (!zero.size || zeroBytes < fromBytes) return [];
+  return planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes])));
 }
 
 function runsPages(runs: PageRuns): number {
