@@ -25,7 +25,7 @@ import { migrateProcess } from '../controller/verbs/migrate.js';
 import { isGpuSnapshotName, releaseGpuSnapshots, restoreFromGpu, snapshotToGpu } from '../controller/verbs/gpu-held.js';
 import { peekMemory, pokeMemory } from '../controller/verbs/peek.js';
 import { ELEMENT_FORMATS, encodeElements, parseElementFormat } from '../controller/base/element-format.js';
-import { parseSize } from '../controller/base/units.js';
+import { parseSize, round } from '../controller/base/units.js';
 import {
   inspectJson,
   printCheckpoint,
@@ -62,8 +62,17 @@ function examples(lines: string[]): string {
 /** Whether a command printed its JSON result: a failure after it (inspect's verdict) prints no second document. */
 let jsonPrinted = false;
 
+/** When the command's action began, from this process's start (node's time origin), in ms. */
+let actionStarted = 0;
+
+/**
+ * A timed result (one with seconds) gets startSeconds: what node's start
+ * and loading the CLI took before the command's work, and its seconds,
+ * began. Their sum is the command's time from its exec.
+ */
 function printJson(value: unknown): void {
-  printJsonText(toJson(value));
+  const timed = value !== null && typeof value === 'object' && !Array.isArray(value) && typeof (value as { seconds?: unknown }).seconds === 'number';
+  printJsonText(toJson(timed ? { ...value, startSeconds: round(actionStarted / 1000) } : value));
 }
 
 /** What f prints goes to standard error: standard output carries an image stream. */
@@ -144,7 +153,10 @@ function buildProgram(): Command {
     .configureOutput({ outputError: (s, write) => write(s.startsWith('error:') ? `gpuckpt: ${s.slice(7)}` : s) })
     // Help, version and usage errors end by returning, never process.exit:
     // the driver warm-up (driver-warmup.ts) may still be inside cuInit.
-    .exitOverride();
+    .exitOverride()
+    .hook('preAction', () => {
+      actionStarted = performance.now();
+    });
 
   program
     .command('run')
@@ -475,6 +487,9 @@ function buildProgram(): Command {
 
 async function main(): Promise<void> {
   // A reader that went away (gpuckpt --help | head) is not an error of ours.
+  // Each worker thread pipes its stdout here with a listener of its own, and
+  // a restore's may all have started already (workers-ahead.ts).
+  process.stdout.setMaxListeners(0);
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
     if (e.code !== 'EPIPE') throw e;
   });

@@ -6,23 +6,27 @@
  * under CRIU and drove a process still being restored (GPU host: one
  * attached restore in two), and always ended 0. CRIU now runs detached,
  * the root coming back as gpuckpt's child (--restore-sibling) for its exit
- * status. The fake CRIU writes the pidfile first and restores for 0.2 s
- * but cannot make the tree our child; sibling_restore does only that.
+ * status. The fake CRIU restores for 0.2 s, waits at the post-restore gate
+ * (criu-gate.ts) and writes the pidfile, but cannot make the tree our
+ * child; sibling_restore does only that.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { restoredJobStatus } from '../cli/output.js';
 import { criuRestoreTree, findCriu } from '../controller/adapters/criu.js';
+import { GpuckptError } from '../controller/base/errors.js';
 import type { ProcessRestoreSummary } from '../controller/verbs/process-restore.js';
-import { eventually, ROOT } from './helpers/e2e.js';
+import { eventually, ROOT, within } from './helpers/e2e.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-restore-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const stateOf = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0];
-const options = { shellJob: false, terminal: false, inherit: [], args: [] };
+/** Gone, or a zombie that its parent (not this test) has yet to reap. */
+const ended = (pid: number) => !existsSync(`/proc/${pid}`) || stateOf(pid) === 'Z';
+const options = { shellJob: false, terminal: false, inherit: [], args: [], until: Promise.resolve() };
 
 describe('criu restore', () => {
   it.each([
@@ -50,6 +54,71 @@ describe('criu restore', () => {
       // Not our child (the fake cannot make it one): attached, its end without a status.
       expect(await done).toEqual(detach ? { code: 0, signal: null, signalNumber: null } : { code: null, signal: null, signalNumber: null });
     } finally {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+  });
+
+  /** A "dumped" process, stopped as the fake CRIU leaves it, and no child of ours; its image directory. */
+  function dumped(name: string): { pid: number; images: string } {
+    const pid = Number(execFileSync('sh', ['-c', 'sleep 30 >/dev/null 2>&1 & echo $!'], { encoding: 'utf8' }));
+    process.kill(pid, 'SIGSTOP');
+    const images = join(dir, name);
+    mkdirSync(images);
+    writeFileSync(join(images, 'fake-criu.json'), JSON.stringify({ pid, tree: [String(pid)] }));
+    return { pid, images };
+  }
+  const fakeCriu = () => findCriu(join(ROOT, 'test', 'fake-criu', 'criu'));
+
+  it('holds the processes it brought back at post-restore until `until` resolves', async () => {
+    const { pid, images } = dumped('gate-go');
+    try {
+      let go!: () => void;
+      const until = new Promise<void>((r) => (go = r));
+      let returned = false;
+      const restoring = criuRestoreTree(fakeCriu(), images, images, { ...options, detach: true, until }).then(() => (returned = true));
+      await new Promise((r) => setTimeout(r, 600)); // the fake restores for 0.2 s, then waits at the gate
+      expect(stateOf(pid)).toBe('T');
+      expect(returned).toBe(false);
+      go();
+      await restoring;
+      expect(stateOf(pid)).not.toBe('T');
+    } finally {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+  });
+
+  it('a refusal at the gate ends them before they ran, and is the error thrown', async () => {
+    const { pid, images } = dumped('gate-no');
+    try {
+      const until = new Promise<void>((_, rej) => setTimeout(() => rej(new GpuckptError('OTHER_CHIP', 'the image was taken on another chip')), 400));
+      await expect(criuRestoreTree(fakeCriu(), images, images, { ...options, detach: true, until })).rejects.toThrow(/^the image was taken on another chip$/);
+      expect(await within(10_000, () => ended(pid))).toBe(true);
+      expect(readFileSync(join(images, 'restore.log'), 'utf8')).toMatch(/Aborting restore due to post-restore script/);
+    } finally {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+  });
+
+  it('the controller gone while CRIU waits at the gate: the script reads an end of file, and CRIU ends the tree', async () => {
+    const { pid, images } = dumped('gate-gone');
+    // A controller of its own, killed while its CRIU waits: its pipe to the script closes with it.
+    const script = `import { criuRestoreTree, findCriu } from ${JSON.stringify(join(ROOT, 'dist', 'controller', 'adapters', 'criu.js'))};
+      await criuRestoreTree(findCriu(${JSON.stringify(join(ROOT, 'test', 'fake-criu', 'criu'))}), ${JSON.stringify(images)}, ${JSON.stringify(images)}, { detach: true, shellJob: false, terminal: false, inherit: [], args: [], until: new Promise(() => {}) });`;
+    const controller = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+    try {
+      expect(await within(10_000, () => existsSync(join(images, 'restore.log')) && stateOf(pid) === 'T')).toBe(true);
+      await new Promise((r) => setTimeout(r, 400)); // at the gate
+      controller.kill('SIGKILL');
+      expect(await within(10_000, () => ended(pid))).toBe(true);
+      expect(readFileSync(join(images, 'restore.log'), 'utf8')).toMatch(/Aborting restore due to post-restore script/);
+    } finally {
+      controller.kill('SIGKILL');
       try {
         process.kill(pid, 'SIGKILL');
       } catch {}

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { defaultHoldDir } from '../controller/engine/suspend.js';
-import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, mappingRssKiB, ROOT } from './helpers/e2e.js';
+import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, mappingRssKiB, ROOT, within } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
 
@@ -18,15 +18,6 @@ const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK
 const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
 const psRow = (pid: number) => json<any[]>(cli(['ps', '--json']).stdout).find((r) => r.pid === pid);
 const oneLine = (stderr: string) => expect(stderr.trimEnd().split('\n')).toHaveLength(1);
-/** Whether cond held within ms, asked every 10 ms (a failed read counts as not yet). */
-async function within(ms: number, cond: () => boolean): Promise<boolean> {
-  for (const t0 = Date.now(); Date.now() - t0 < ms; await new Promise((r) => setTimeout(r, 10))) {
-    try {
-      if (cond()) return true;
-    } catch {}
-  }
-  return false;
-}
 
 /** Whether the CLI running as child has CRIU dumping (not at its --version). */
 const runsCriu = (child: { pid?: number }) =>
@@ -233,7 +224,7 @@ describe('whole-process checkpoint', () => {
     // Stopped as soon as CRIU dumps (not at its --version), so that it cannot answer; CRIU then reaches its gate.
     expect(await within(20_000, () => runsCriu(child))).toBe(true);
     process.kill(child.pid!, 'SIGSTOP');
-    const atGate = () => readdirSync(box.runDir).some((n) => n.startsWith('criu-gate-') && existsSync(join(box.runDir, n, 'dumped')));
+    const atGate = () => readdirSync(box.runDir).some((n) => n.startsWith('criu-gate-') && existsSync(join(box.runDir, n, 'reached')));
     expect(await within(20_000, atGate)).toBe(true);
     child.kill('SIGKILL');
     await exited;
@@ -346,13 +337,17 @@ describe('whole-process restore refusals', () => {
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false); // CRIU never started
   });
 
-  it('refuses a target GPU without room before CRIU runs', async () => {
+  // The driver's start slowed down: the check then ends at CRIU's post-restore gate, not before CRIU.
+  it.each([
+    ['before CRIU', {}],
+    ["at CRIU's gate", { FAKE_CUDA_INIT_DELAY_MS: '1500' }],
+  ])('refuses a target GPU without room before the process runs (%s)', async (when, slow) => {
     const { app } = await start();
-    const out = box.path('no-room');
+    const out = box.path(`no-room-${when.replace(/\W+/g, '-')}`);
     expect(cli(['checkpoint', String(app.pid), '-o', out]).code).toBe(0);
     app.child.kill('SIGKILL'); // the fake CRIU only stops the dumped process
     while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((r) => setTimeout(r, 20));
-    const r = cli(['restore', out], { FAKE_NVML_FREE_MIB: '100' });
+    const r = cli(['restore', out], { FAKE_NVML_FREE_MIB: '100', ...slow });
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^gpuckpt: GPU \S+ has 100.0 MiB free; process \d+ needs .* there \(pool 64.0 MiB, about 768.0 MiB of CUDA context\): nothing was restored; choose another GPU with --device\n$/);
     expect(existsSync(join(out, 'criu', 'restore.log'))).toBe(false);

@@ -9,7 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync,
 import { release } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
-import { DumpGate } from './criu-gate.js';
+import { CriuGate } from './criu-gate.js';
 import { exitOf, killProcess, reapIfChild, waitChildEnd, type ChildExit } from './processes.js';
 import { logsDir } from './run-dir.js';
 import { log, logEnabled } from '../base/log.js';
@@ -133,7 +133,7 @@ function dumpFailed(root: number, dir: string, stderr: string): GpuckptError {
  * Resolves with a note when CRIU failed after the image was complete.
  */
 export async function criuDumpGated(criu: Criu, root: number, dir: string, args: string[], whenDumped: () => Promise<void>): Promise<string | undefined> {
-  const gate = DumpGate.open();
+  const gate = CriuGate.open('post-dump');
   try {
     // A terminal's Ctrl-C is gpuckpt's to act on (its answer at the gate), not CRIU's, nor its script's.
     const child = spawnDeafToTerminal(criu, [...dumpArgs(root, dir, args), '--action-script', gate.script], ['ignore', 'ignore', 'pipe']);
@@ -184,9 +184,9 @@ export interface InheritedFd {
 function criuRestore(
   criu: Criu,
   dir: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; inherit: InheritedFd[]; args: string[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; pidFile: string; gate: string; inherit: InheritedFd[]; args: string[] },
 ): ChildProcess {
-  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, '--restore-detached', ...opts.args];
+  const args = ['restore', '-D', dir, '-o', 'restore.log', '-v4', '--pidfile', opts.pidFile, '--restore-detached', '--action-script', opts.gate, ...opts.args];
   if (!opts.detach) args.push('--restore-sibling');
   if (opts.shellJob) args.push('--shell-job');
   opts.inherit.forEach((h, i) => args.push('--inherit-fd', `fd[${3 + i}]:${h.resource}`));
@@ -198,29 +198,42 @@ function criuRestore(
  * `criu restore` of the image's dir: returns once CRIU is done and the
  * processes run, with, attached, the end of the tree's root to come. Not
  * at the pidfile: CRIU writes it before the tree is released, and the
- * images must stay until CRIU is done with them.
+ * images must stay until CRIU is done with them. CRIU holds the processes
+ * it brought back, none of them run yet, until `until` resolves (the
+ * post-restore gate, criu-gate.ts); if it rejects, CRIU ends them, and its
+ * reason is thrown.
  */
 export async function criuRestoreTree(
   criu: Criu,
   dir: string,
   image: string,
-  opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[]; args: string[] },
+  opts: { detach: boolean; shellJob: boolean; terminal: boolean; inherit: InheritedFd[]; args: string[]; until: Promise<unknown> },
 ): Promise<{ done: Promise<ChildExit> }> {
   const pidFile = join(dir, `restore-${process.pid}.pid`);
-  const exit = await new Promise<ChildExit>((res) => criuRestore(criu, dir, { ...opts, pidFile }).on('exit', (code, signal) => res(exitOf(code, signal))));
-  const root = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : 0;
-  rmSync(pidFile, { force: true });
-  if (exit.code !== 0 || !(root > 0)) {
-    // A root CRIU made as our child: ended (CRIU's failure ends the tree, as
-    // it should here), and reaped rather than left a zombie holding its PID.
-    if (root > 0 && !opts.detach) {
-      killProcess(root);
-      reapIfChild(root);
+  const gate = CriuGate.open('post-restore');
+  try {
+    opts.until.then(
+      () => gate.answer(true),
+      () => gate.answer(false),
+    );
+    const exit = await new Promise<ChildExit>((res) => criuRestore(criu, dir, { ...opts, pidFile, gate: gate.script }).on('exit', (code, signal) => res(exitOf(code, signal))));
+    const root = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) : 0;
+    rmSync(pidFile, { force: true });
+    if (exit.code !== 0 || !(root > 0)) {
+      // A root CRIU made as our child: ended (CRIU's failure ends the tree, as
+      // it should here), and reaped rather than left a zombie holding its PID.
+      if (root > 0 && !opts.detach) {
+        killProcess(root);
+        reapIfChild(root);
+      }
+      await opts.until; // refused at the gate: that is the reason
+      throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
     }
-    throw new GpuckptError('CRIU_FAILED', `criu restore of ${image} failed: ${firstError(join(dir, 'restore.log'))} (log: ${keepLog(join(dir, 'restore.log'), 'restore')})`);
+    // At debug a restore's log outlives the scratch directory: where CRIU's time went.
+    if (logEnabled('debug')) log('debug', 'criu', `restore log kept at ${keepLog(join(dir, 'restore.log'), 'restore')}`);
+    // Wrapped: an async function returning the promise itself would wait for it.
+    return { done: opts.detach ? Promise.resolve(exit) : waitChildEnd(root) };
+  } finally {
+    gate.close();
   }
-  // At debug a restore's log outlives the scratch directory: where CRIU's time went.
-  if (logEnabled('debug')) log('debug', 'criu', `restore log kept at ${keepLog(join(dir, 'restore.log'), 'restore')}`);
-  // Wrapped: an async function returning the promise itself would wait for it.
-  return { done: opts.detach ? Promise.resolve(exit) : waitChildEnd(root) };
 }

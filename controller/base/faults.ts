@@ -10,14 +10,15 @@ import { GpuckptError } from './errors.js';
 
 /**
  * checkpoint: compress, image-write; whole-process checkpoint: criu-sync
- * (making CRIU's files durable); restore: image-read; reopen: the
+ * (making CRIU's files durable); restore: image-read; gpu-checks: a
+ * whole-process restore's GPU checks refuse, beside CRIU; reopen: the
  * controller fails after its last copy into the pool, before it lets the
  * application go (rollback and resume); copy-back: checkpoint
  * --leave-running fails to copy the pool back in from its copy on the GPU;
  * rebuild: a job's communicator is made again on its first rank only, as
  * if the controller died between ranks.
  */
-export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'reopen' | 'copy-back' | 'rebuild';
+export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'gpu-checks' | 'reopen' | 'copy-back' | 'rebuild';
 
 export interface FaultInjector {
   /** Why this step fails now (named in the error), or undefined. */

@@ -49,6 +49,14 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
     return this.slots.length;
   }
 
+  /** Idle workers that keep no process alive (unref), or that do again (ref). */
+  hold(keepAlive: boolean): void {
+    for (const s of this.slots) {
+      if (keepAlive) s.worker.ref();
+      else s.worker.unref();
+    }
+  }
+
   /** Tasks sent and not yet answered. */
   get inFlight(): number {
     return this.pending.size;

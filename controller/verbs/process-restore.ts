@@ -17,12 +17,14 @@ import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.
 import { unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
 import { memberImageDir, memberShare } from '../engine/members.js';
 import { PoolLoader } from '../engine/pool-loader.js';
-import { CodecPool } from '../engine/codec-pool.js';
+import { codecPool, type CodecPool } from '../engine/codec-pool.js';
 import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
 import { openChain } from '../image/chain.js';
 import { ImageReader } from '../image/index.js';
 import { native } from '../../native/index.js';
+import { log } from '../base/log.js';
+import { faultPoint } from '../base/faults.js';
 
 export interface ProcessRestoreSummary {
   image: string;
@@ -41,9 +43,11 @@ export interface ProcessRestoreSummary {
   appended?: string[];
   /** Until the application runs again with all its data. */
   seconds: number;
+  /** When the driver had started and the GPU checks had passed, beside the unpacking and CRIU. */
+  gpuChecksSeconds: number;
   /** Freeing the staging memory and CRIU's unpacked pages afterwards (the application is already running). */
   cleanupSeconds: number;
-  /** Where the time went: checks, unpack (CRIU's pages, beyond the checks), criu, load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
+  /** Where the time went: checks (the PIDs free), unpack (CRIU's pages, beyond the checks), criu (the GPU checks beside it), load (the pools' loading beyond CRIU's time), resume, nccl (communicators made again). */
   phases: Phases;
   /** Without --detach: the application's exit status once it ends (all null: not known, see waitChildEnd). */
   exitCode?: number | null;
@@ -65,6 +69,7 @@ export async function restoreProcess(
   let fds: RestoreFds | undefined;
   let scratch: Promise<CriuScratch> | undefined;
   let codecs: CodecPool | undefined;
+  let opening: Promise<void> | undefined;
   const refused = new AbortController(); // a check failing stops the unpacking
   try {
     const chain = await openChain(reader);
@@ -72,40 +77,48 @@ export async function restoreProcess(
     const dir = join(reader.path, CRIU_DIR);
     if (reader.manifest.kind !== 'process' || !existsSync(join(dir, PROCESS_INFO)))
       throw new GpuckptError('IMAGE_NOT_AN_IMAGE', `${reader.path} holds the GPU memory only (a --gpu-only image): restore it into a running process with --into PID`);
-    const criu = findCriu(opts.criu);
     const info = readProcessInfo(dir);
     // CRIU's pages are unpacked while the checks run (they touch nothing but
     // a scratch directory); the pool images wait for every core until then.
     // The same workers go on to the first pool image: started again there,
     // 32 of them took 0.3 s before CRIU could start.
-    codecs = new CodecPool(opts.workers);
+    codecs = codecPool(opts.workers);
     scratch = unpackCriuDir(dir, { codecs, signal: refused.signal });
     scratch.catch(() => undefined); // awaited below, or cleaned up in finally
+    const criu = findCriu(opts.criu); // its --version, 10-20 ms, while the workers start
     const members = info.members!;
     for (const m of members.slice(1)) readers.push(await ImageReader.open(join(reader.path, memberImageDir(m))));
-    // The GPU checks call the driver: its start (cuInit, 0.3-0.5 s with no
-    // other process on the GPU, cli/driver-warmup.ts) is awaited off the
-    // event loop, which meanwhile feeds the unpacking.
     const clock = new PhaseClock('restore', t0);
-    await native().warmDriver();
-    clock.mark('driver');
-    const target = opts.device === undefined ? undefined : resolveGpu(opts.device);
-    for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
-    await waitPidsFree(info.tree!);
-    readers.forEach((r, i) => {
-      const taken = r.manifest.devices.map((d) => d.uuid);
-      checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
-    });
-    fds = restoreFds(dir, info);
+    // The GPU checks wait for the driver's start (cuInit, 0.3-0.5 s with no
+    // other process on the GPU, cli/driver-warmup.ts): they run beside the
+    // unpacking and CRIU, which holds the processes it brought back, none of
+    // them run yet, until they pass (criu.ts, criuRestoreTree).
+    const gpusChecked = checkGpus(readers, members, opts.device, t0);
+    gpusChecked.catch(() => refused.abort());
+    // A failure before anything runs gives a refusal of the GPU checks as
+    // its reason: the restore could not have gone on past them either.
+    const refusalFirst = async (e: unknown): Promise<never> => {
+      await gpusChecked;
+      throw e;
+    };
     // Mostly the wait for the PIDs the tree needs: the checkpointed processes' exit, and their reaping.
+    await waitPidsFree(info.tree!).catch(refusalFirst);
+    fds = restoreFds(dir, info);
     clock.mark('checks');
 
     // The pool images are decompressed while CRIU brings the processes back.
-    const unpacked = await scratch;
+    const unpacked = await scratch.catch(refusalFirst);
     clock.mark('unpack');
+    if (refused.signal.aborted) await gpusChecked; // refused already: CRIU is not started
     parents = undefined; // the first loader's now
-    for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...memberShare(opts, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
-    const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [] });
+    // The loaders open once CRIU has started (their staging took 0.03-0.04 s
+    // before it), and CRIU lets the processes run only once they are open.
+    opening = Promise.resolve().then(async () => {
+      for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...memberShare(opts, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
+    });
+    opening.catch(() => undefined); // CRIU's gate says why
+    const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [], until: Promise.all([gpusChecked, opening]) }).catch(refusalFirst);
+    const gpuChecksSeconds = await gpusChecked;
     fds.close();
     const criuSeconds = (performance.now() - t0) / 1000;
     clock.mark('criu');
@@ -150,6 +163,7 @@ export async function restoreProcess(
       ...(others.length ? { others } : {}),
       ...(fds.appended.length ? { appended: fds.appended } : {}),
       seconds: round(seconds),
+      gpuChecksSeconds: round(gpuChecksSeconds),
       cleanupSeconds: round((performance.now() - c0) / 1000),
       phases: clock.phases,
     };
@@ -168,8 +182,26 @@ export async function restoreProcess(
     fds?.close();
     await scratch?.then((s) => s.cleanup(), () => undefined);
     await Promise.all((parents ?? []).map((p) => p.close()));
+    await opening?.catch(() => undefined); // the loaders it opens are closed here too
     await Promise.all(loaders.map((l) => l.close()));
     await codecs?.close();
     await Promise.all(readers.map((r) => r.close()));
   }
+}
+
+/**
+ * The driver's start, then the GPUs the image's processes land on: the
+ * chip type, --device, their room. Seconds from t0 when they passed.
+ */
+async function checkGpus(readers: ImageReader[], members: number[], device: string | undefined, t0: number): Promise<number> {
+  await native().warmDriver();
+  const target = device === undefined ? undefined : resolveGpu(device);
+  for (const r of readers) refuseOtherChip(r.manifest.devices.map((d) => d.name), target?.name);
+  readers.forEach((r, i) => {
+    const taken = r.manifest.devices.map((d) => d.uuid);
+    checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
+  });
+  faultPoint('gpu-checks');
+  log('debug', 'restore', `GPU checks passed at ${((performance.now() - t0) / 1000).toFixed(3)} s`);
+  return (performance.now() - t0) / 1000;
 }

@@ -7,6 +7,8 @@
  *   FAKE_CUDA_MEM_MB=N         memory per device in MiB (default 1024)
  *   FAKE_CUDA_NO_DEVICE=1      cuInit fails with CUDA_ERROR_NO_DEVICE
  *   FAKE_CUDA_SYNC_DELAY_MS=N  cuStreamSynchronize / cuCtxSynchronize sleep N ms
+ *   FAKE_CUDA_INIT_DELAY_MS=N  the first cuInit sleeps N ms (the real driver's
+ *                              start with no process on the GPU)
  *   FAKE_CUDA_FAIL=f:n[=e],... the n-th call (1-based) of exported function f
  *                              returns CUresult e (default CUDA_ERROR_UNKNOWN),
  *                              without side effects
@@ -116,6 +118,8 @@ static void load_config(void)
 
     if (parse_ulong(getenv("FAKE_CUDA_SYNC_DELAY_MS"), &v) == 0)
         g_config.sync_delay_ms = (unsigned)v;
+    if (parse_ulong(getenv("FAKE_CUDA_INIT_DELAY_MS"), &v) == 0)
+        g_config.init_delay_ms = (unsigned)v;
 
     const char *cb = getenv("FAKE_CUDA_CKPT_BLOCK");
     g_config.ckpt_block = cb && *cb && strcmp(cb, "0") != 0;
@@ -233,8 +237,12 @@ FAKE_EXPORT CUresult cuInit(unsigned int Flags)
     const struct fake_config *c = fake_config();
     if (c->no_device || c->ndev == 0)
         return CUDA_ERROR_NO_DEVICE;
-    if (!atomic_exchange(&g_initialized, 1) && c->driver_copy_mb)
-        fake_ckpt_copier_start();
+    if (!atomic_exchange(&g_initialized, 1)) {
+        if (c->init_delay_ms)
+            usleep(c->init_delay_ms * 1000u);
+        if (c->driver_copy_mb)
+            fake_ckpt_copier_start();
+    }
     return CUDA_SUCCESS;
 }
 FAKE_LOCAL_ALIAS(cuInit)

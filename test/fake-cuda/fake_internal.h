@@ -68,6 +68,7 @@ struct fake_config {
     uint64_t mem_bytes;     /* FAKE_CUDA_MEM_MB, per device */
     int no_device;          /* FAKE_CUDA_NO_DEVICE=1 */
     unsigned sync_delay_ms; /* FAKE_CUDA_SYNC_DELAY_MS */
+    unsigned init_delay_ms; /* FAKE_CUDA_INIT_DELAY_MS */
     int ckpt_block;         /* FAKE_CUDA_CKPT_BLOCK=1 */
     int dirty_memory;       /* FAKE_CUDA_DIRTY_MEMORY=1: cuMemCreate's memory is not zeroed */
     unsigned driver_copy_mb; /* FAKE_CUDA_DRIVER_COPY_MB */

@@ -187,7 +187,7 @@ export async function runReliability(h) {
     const runDir = env.GPUCKPT_RUN_DIR ?? (env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'gpuckpt') : `/tmp/gpuckpt-${process.getuid()}`);
     const { ctl, gone } = await untilCriuDumps(['checkpoint', pid, '-o', path.join(p.dir, 'killed')]);
     process.kill(ctl.pid, 'SIGSTOP');
-    const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'dumped')));
+    const atGate = () => fs.readdirSync(runDir).some((n) => n.startsWith(`criu-gate-${ctl.pid}-`) && fs.existsSync(path.join(runDir, n, 'reached')));
     for (let t0 = Date.now(); !atGate(); await sleep(20)) if (Date.now() - t0 > 120_000) throw failure('CRIU did not reach the gate');
     ctl.kill('SIGKILL');
     await gone;
@@ -297,6 +297,16 @@ export async function runReliability(h) {
     if (p.alive(pid)) throw failure('a failed CRIU restore left a process running');
     if (!(await cliJson(['inspect', image, '--json'])).verified) throw failure('the image no longer verifies after a failed CRIU restore');
     return `restore failed in one line (${quote(line)}); the image still verifies`;
+  });
+
+  // The GPU checks run beside CRIU, which holds what it brought back at its
+  // post-restore gate until they pass: a refusal there ends them unrun.
+  await failedRestoreTest('faults/restore-gate', async (image, pid, p) => {
+    const line = failsInOneLine(await gpuckpt(['restore', image, '--detach'], { GPUCKPT_TEST_FAULT: 'gpu-checks' }), /injected fault at gpu-checks/, 'GPU checks');
+    for (let i = 0; i < 100 && p.alive(pid); i++) await sleep(50);
+    if (p.alive(pid)) throw failure('a restore refused by its GPU checks left a process running');
+    if (!(await cliJson(['inspect', image, '--json'])).verified) throw failure('the image no longer verifies after a refused restore');
+    return `restore refused in one line (${quote(line)}); no process left; the image still verifies`;
   });
 
   await failedRestoreTest('faults/damaged-pool-restore', async (image, pid, p) => {

@@ -51,6 +51,16 @@ export async function eventually(cond: () => boolean | Promise<boolean>): Promis
   return cond();
 }
 
+/** Whether cond held within ms, asked every 10 ms (a failed read counts as not yet). */
+export async function within(ms: number, cond: () => boolean): Promise<boolean> {
+  for (const t0 = Date.now(); Date.now() - t0 < ms; await new Promise((r) => setTimeout(r, 10))) {
+    try {
+      if (cond()) return true;
+    } catch {}
+  }
+  return false;
+}
+
 /** A private run directory and environment per test file. */
 export class Sandbox {
   readonly dir = mkdtempSync(join(tmpdir(), 'gpuckpt-e2e-'));
