@@ -24,12 +24,15 @@ const ISSUE26 = 'torch-166m-2g';
  */
 const ROWS = [
   ['checkpoint, whole process (process gone, image durable: fsynced)', 'ckpt_s', 'anchor_ckpt_durable_s', 's', { torch: 10, [ISSUE26]: 'x4' }],
+  ['… the whole `gpuckpt checkpoint` command, from its exec (node\'s start and the CLI\'s loading included)', 'ckpt_cmd_s', 'anchor_ckpt_durable_s', 's', {}],
   ["… the anchor's image as CRIU leaves it (in the page cache, not fsynced)", undefined, 'anchor_ckpt_s', 's', {}],
   ['… GPU free after', 'ckpt_gpu_free_s', 'anchor_gpu_free_s', 's', {}],
   ['image on disk', 'image_bytes', 'anchor_image_bytes', 'GB', { torch: 12, [ISSUE26]: 'x2' }],
   ["… the pools' allocations (raw)", 'pool_raw_bytes', undefined, 'GB', {}],
   ["… CRIU's pages (raw; stored compressed)", 'criu_pages_raw_bytes', undefined, 'GB', {}],
   ['restore, whole process (CRIU + GPU)', 'restore_s', 'anchor_restore_s', 's', { torch: 4, [ISSUE26]: 'x4' }],
+  ['… the whole `gpuckpt restore` command until the application runs, from its exec', 'restore_cmd_s', 'anchor_restore_s', 's', {}],
+  ['… the GPU checks passed (the driver started), beside the unpacking and CRIU, from the restore\'s start', 'restore_gpu_checks_s', undefined, 's', {}],
   ["… CRIU's zero pages of private anonymous memory, left out of the restore", 'restore_criu_pages_left_out_bytes', undefined, 'GB', {}],
   ['suspend: GPU free (anchor: driver lock + checkpoint)', 'suspend_gpu_free_s', 'anchor_gpu_free_s', 's', { 'pool-16g': 0.8 }],
   ['… suspend again: into the host memory the suspend before kept', 'suspend_again_gpu_free_s', undefined, 's', { 'pool-16g': 0.8 }],
@@ -362,7 +365,7 @@ function table(name, r) {
       "Where a whole-process restore's time goes",
       ' `criu` counts from the start (image checks included); `load`, decompressing the pool image, runs meanwhile; `cleanup`, freeing the staging, comes after the application runs again and is not in the total.',
     ),
-    phaseLine(r, 'restore_phase.', "Where a whole-process restore's time goes, step by step (driver: its start, cuInit, from the command's; checks: the chip, the PIDs free, room on the GPUs; unpack: CRIU's pages, beyond the checks; load: the pools' decompression beyond CRIU's time)"),
+    phaseLine(r, 'restore_phase.', "Where a whole-process restore's time goes, step by step (checks: the PIDs free, and before the gate the driver's start and the GPU checks; unpack: CRIU's pages, beyond the checks; criu: CRIU, with the GPU checks beside it since its post-restore gate; load: the pools' decompression beyond CRIU's time)"),
   ].filter(Boolean);
   if (phases.length) out.push('', ...phases);
   out.push('');
@@ -383,7 +386,9 @@ const results = Object.fromEntries(files.map((f) => [f.replace(/\.json$/, ''), J
 /** [workload, label, gpuckpt metric, anchor metric (or the plain/native one to compare with), unit, what the second column is] */
 const HEADLINE = [
   [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: checkpoint, image durable', 'ckpt_s', 'anchor_ckpt_durable_s', 's'],
+  [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: checkpoint, the command from its exec', 'ckpt_cmd_s', 'anchor_ckpt_durable_s', 's'],
   [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: restore', 'restore_s', 'anchor_restore_s', 's'],
+  [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: restore, the command from its exec', 'restore_cmd_s', 'anchor_restore_s', 's'],
   [ISSUE26, 'PyTorch job, 166M parameters + 2 GiB buffer: image on disk', 'image_bytes', 'anchor_image_bytes', 'GB'],
   ['torch', 'PyTorch job: checkpoint, image durable', 'ckpt_s', 'anchor_ckpt_durable_s', 's'],
   ['torch', 'PyTorch job: restore', 'restore_s', 'anchor_restore_s', 's'],
