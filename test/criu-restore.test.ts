@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { restoredJobStatus } from '../cli/output.js';
 import { criuRestoreTree, findCriu } from '../controller/adapters/criu.js';
 import { GpuckptError } from '../controller/base/errors.js';
+import { killProcess } from '../controller/adapters/processes.js';
 import type { ProcessRestoreSummary } from '../controller/verbs/process-restore.js';
 import { eventually, ROOT, within } from './helpers/e2e.js';
 
@@ -28,48 +29,40 @@ const stateOf = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').repla
 const ended = (pid: number) => !existsSync(`/proc/${pid}`) || stateOf(pid) === 'Z';
 const options = { shellJob: false, terminal: false, inherit: [], args: [], until: Promise.resolve() };
 
+/** A "dumped" process, stopped as the fake CRIU leaves it, and no child of ours; its image directory. */
+function dumped(name: string): { pid: number; images: string } {
+  const pid = Number(execFileSync('sh', ['-c', 'sleep 30 >/dev/null 2>&1 & echo $!'], { encoding: 'utf8' }));
+  process.kill(pid, 'SIGSTOP');
+  const images = join(dir, name);
+  mkdirSync(images);
+  writeFileSync(join(images, 'fake-criu.json'), JSON.stringify({ pid, tree: [String(pid)] }));
+  return { pid, images };
+}
+const fakeCriu = () => findCriu(join(ROOT, 'test', 'fake-criu', 'criu'));
+
 describe('criu restore', () => {
   it.each([
     ['attached', false],
     ['detached', true],
   ])('%s: returns once CRIU is done and the tree runs, not at the pidfile', async (name, detach) => {
-    // A "dumped" process, stopped as the fake CRIU leaves it, and no child of ours.
-    const pid = Number(execFileSync('sh', ['-c', 'sleep 30 >/dev/null 2>&1 & echo $!'], { encoding: 'utf8' }));
+    const { pid, images } = dumped(name);
     try {
-      process.kill(pid, 'SIGSTOP');
-      const images = join(dir, name);
-      mkdirSync(images);
-      writeFileSync(join(images, 'fake-criu.json'), JSON.stringify({ pid, tree: [String(pid)] }));
-      const criu = findCriu(join(ROOT, 'test', 'fake-criu', 'criu'));
-      const { done } = await criuRestoreTree(criu, images, images, { ...options, detach });
+      const { done } = await criuRestoreTree(fakeCriu(), images, images, { ...options, detach });
       expect(stateOf(pid)).not.toBe('T');
       expect(JSON.parse(readFileSync(join(images, 'fake-criu-restore.json'), 'utf8')).options).toEqual(detach ? [] : ['--restore-sibling']);
       if (!detach) {
-        let ended = false;
-        void done.then(() => (ended = true));
+        let finished = false;
+        void done.then(() => (finished = true));
         await new Promise((r) => setTimeout(r, 300));
-        expect(ended).toBe(false); // attached: until the application ends
+        expect(finished).toBe(false); // attached: until the application ends
         process.kill(pid, 'SIGKILL');
       }
       // Not our child (the fake cannot make it one): attached, its end without a status.
       expect(await done).toEqual(detach ? { code: 0, signal: null, signalNumber: null } : { code: null, signal: null, signalNumber: null });
     } finally {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {}
+      killProcess(pid);
     }
   });
-
-  /** A "dumped" process, stopped as the fake CRIU leaves it, and no child of ours; its image directory. */
-  function dumped(name: string): { pid: number; images: string } {
-    const pid = Number(execFileSync('sh', ['-c', 'sleep 30 >/dev/null 2>&1 & echo $!'], { encoding: 'utf8' }));
-    process.kill(pid, 'SIGSTOP');
-    const images = join(dir, name);
-    mkdirSync(images);
-    writeFileSync(join(images, 'fake-criu.json'), JSON.stringify({ pid, tree: [String(pid)] }));
-    return { pid, images };
-  }
-  const fakeCriu = () => findCriu(join(ROOT, 'test', 'fake-criu', 'criu'));
 
   it('holds the processes it brought back at post-restore until `until` resolves', async () => {
     const { pid, images } = dumped('gate-go');
@@ -85,9 +78,7 @@ describe('criu restore', () => {
       await restoring;
       expect(stateOf(pid)).not.toBe('T');
     } finally {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {}
+      killProcess(pid);
     }
   });
 
@@ -99,9 +90,7 @@ describe('criu restore', () => {
       expect(await within(10_000, () => ended(pid))).toBe(true);
       expect(readFileSync(join(images, 'restore.log'), 'utf8')).toMatch(/Aborting restore due to post-restore script/);
     } finally {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {}
+      killProcess(pid);
     }
   });
 
@@ -119,9 +108,7 @@ describe('criu restore', () => {
       expect(readFileSync(join(images, 'restore.log'), 'utf8')).toMatch(/Aborting restore due to post-restore script/);
     } finally {
       controller.kill('SIGKILL');
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {}
+      killProcess(pid);
     }
   });
 
