@@ -14,13 +14,14 @@
  * GPUCKPT_DRIVER_WARMUP=0 turns it off (the bench compares both).
  */
 import { native } from '../native/index.js';
+import { hasOption } from './early-args.js';
 
 const COMMANDS = new Set(['resume', 'migrate', 'suspend', 'restore']);
 
 export function warmDriverFor(command: string | undefined, args: string[]): void {
   if (!command || !COMMANDS.has(command) || process.env.GPUCKPT_DRIVER_WARMUP === '0') return;
-  if (args.some((a) => a === '--help' || a === '-h')) return;
-  if (command === 'restore' && args.some((a) => a === '--into' || a.startsWith('--into='))) return;
+  if (hasOption(args, '--help', '-h')) return;
+  if (command === 'restore' && hasOption(args, '--into')) return;
   try {
     native().warmDriver().catch(() => undefined);
   } catch {

@@ -26,6 +26,7 @@ import { isGpuSnapshotName, releaseGpuSnapshots, restoreFromGpu, snapshotToGpu }
 import { peekMemory, pokeMemory } from '../controller/verbs/peek.js';
 import { ELEMENT_FORMATS, encodeElements, parseElementFormat } from '../controller/base/element-format.js';
 import { parseSize, round } from '../controller/base/units.js';
+import { isWorkerCount, MAX_WORKERS } from '../controller/engine/codec-pool.js';
 import {
   inspectJson,
   printCheckpoint,
@@ -114,7 +115,7 @@ function parseAddress(text: string): bigint {
 
 function parseWorkers(v: string): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1 || n > 256) throw new GpuckptError('BAD_ARGUMENT', `--workers "${v}" must be a whole number from 1 to 256`);
+  if (!isWorkerCount(n)) throw new GpuckptError('BAD_ARGUMENT', `--workers "${v}" must be a whole number from 1 to ${MAX_WORKERS}`);
   return n;
 }
 

@@ -8,13 +8,13 @@
  * memory meanwhile) or --help; --workers gives their number, as it will
  * to the restore.
  */
-import { prestartCodecPool } from '../controller/engine/codec-pool.js';
+import { isWorkerCount, prestartCodecPool } from '../controller/engine/codec-pool.js';
+import { hasOption, optionValue } from './early-args.js';
 
 export function startWorkersFor(command: string | undefined, args: string[]): void {
-  const not = ['--help', '-h', '-', '--into', '--import'];
-  if (command !== 'restore' || args.some((a) => not.includes(a) || a.startsWith('--into=') || a.startsWith('--import='))) return;
-  const at = args.findIndex((a) => a === '--workers' || a.startsWith('--workers='));
-  const given = at < 0 ? undefined : Number(args[at]!.includes('=') ? args[at]!.split('=')[1] : args[at + 1]);
+  if (command !== 'restore' || args.includes('-') || hasOption(args, '--help', '-h', '--into', '--import')) return;
+  const text = optionValue(args, '--workers');
+  const given = text === undefined ? undefined : Number(text);
   // A bad --workers is the command's to refuse: the default pool is started meanwhile.
-  prestartCodecPool(given !== undefined && Number.isInteger(given) && given >= 1 && given <= 256 ? given : undefined);
+  prestartCodecPool(given !== undefined && isWorkerCount(given) ? given : undefined);
 }

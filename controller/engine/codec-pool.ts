@@ -35,6 +35,14 @@ export interface CodecReply {
 type DistributiveOmit<T, K extends keyof any> = T extends unknown ? Omit<T, K> : never;
 type TaskBody = DistributiveOmit<CodecTask, 'id'>;
 
+/** The most workers --workers may ask for. */
+export const MAX_WORKERS = 256;
+
+/** A worker count --workers may give: a whole number from 1 to MAX_WORKERS. */
+export function isWorkerCount(n: number): boolean {
+  return Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS;
+}
+
 /** Default: every core but one, which stays for the event loop and I/O. */
 export function defaultWorkerCount(): number {
   return Math.max(1, Math.min(32, availableParallelism() - 1));
