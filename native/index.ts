@@ -52,6 +52,10 @@ interface NativeModule {
   endOutput(fd: number): void;
   /** A named pipe at path, mode 0600; throws with the errno (EEXIST where something is there). */
   makeFifo(path: string): void;
+  /** A tmpfs of at most bytes with huge pages on the directory path (scratch_mount.h); throws with the errno (EPERM without the right to mount). */
+  mountHugeTmpfs(path: string, bytes: number): void;
+  /** The mount on path detached; throws with the errno (EINVAL where path is no mount point). */
+  unmountLazy(path: string): void;
   /** A fresh memfd of size bytes, sealed against resizing (what the shim asks of staging it is given). */
   createMemfd(size: bigint | number): number;
   probeDriver(): { driver: boolean; devices: number; error?: string };

@@ -22,6 +22,7 @@ const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages'
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
 const { protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
 const { pagemapBytes, processPagemaps } = await import(new URL('../dist/controller/adapters/criu-memory.js', import.meta.url).href);
+const { native } = await import(new URL('../dist/native/index.js', import.meta.url).href);
 
 const root = mkdtempSync(join(tmpdir(), 'gpuckpt-criu-pages-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -61,6 +62,12 @@ function withoutLastEntry(b: Buffer): Buffer {
   return b.subarray(0, last);
 }
 
+/** The mount options of the mount on path (/proc/self/mountinfo), undefined where none is. */
+function mountedAt(path: string): string | undefined {
+  const line = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').find((l) => l.split(' ')[4] === path);
+  return line?.split(' - ')[1];
+}
+
 /** This process's scratch directories in /dev/shm (other test files restore at the same time). */
 const shmScratch = () => (existsSync('/dev/shm') ? readdirSync('/dev/shm').filter((n) => n.startsWith(`.criu-restore.gpuckpt-tmp-${process.pid}-`)) : []);
 
@@ -74,7 +81,9 @@ describe('CRIU pages', () => {
     expect(describePacked(dir)).toEqual({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
 
     const before = shmScratch();
-    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
+    process.env.GPUCKPT_HUGE_SCRATCH = '0'; // pages of 4 KiB: the holes show
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 }).finally(() => delete process.env.GPUCKPT_HUGE_SCRATCH);
+    expect(scratch.huge).toBe(false);
     expect(scratch.pages).toMatchObject({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
     for (const [n, b] of Object.entries(files)) expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
     expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
@@ -91,6 +100,42 @@ describe('CRIU pages', () => {
     } finally {
       await codecs.close();
     }
+  });
+
+  it('the scratch is a tmpfs of its own with huge pages where this process may mount one, unmounted at cleanup, and so is a dead restore\'s', async () => {
+    const { dir, files } = criuDir('huge');
+    await packCriuPages(dir, { workers: 2 });
+    const probe = mkdtempSync(join(root, 'mount-probe-'));
+    let mayMount = true;
+    try {
+      native().mountHugeTmpfs(probe, 4 << 20);
+      native().unmountLazy(probe);
+    } catch (e) {
+      expect((e as { code: string }).code).toMatch(/^(EPERM|EACCES)$/);
+      mayMount = false;
+    }
+    // A dead restore's scratch, still mounted where mounts are allowed.
+    const dead = spawnSync('true').pid!;
+    const stale = join('/dev/shm', `.criu-restore.gpuckpt-tmp-${dead}-0123456789abcdef`);
+    mkdirSync(stale);
+    if (mayMount) native().mountHugeTmpfs(stale, 4 << 20);
+    writeFileSync(join(stale, 'pages-1.img'), 'left by a restore that died');
+
+    const scratch = await unpackCriuDir(dir, { workers: 2 });
+    expect(existsSync(stale)).toBe(false);
+    expect(mountedAt(stale)).toBeUndefined();
+    expect(scratch.huge).toBe(mayMount);
+    if (mayMount) expect(mountedAt(scratch.dir)).toMatch(/huge=always/);
+    for (const [n, b] of Object.entries(files)) expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
+    await scratch.cleanup();
+    expect(existsSync(scratch.dir)).toBe(false);
+    expect(mountedAt(scratch.dir)).toBeUndefined();
+
+    process.env.GPUCKPT_HUGE_SCRATCH = '0';
+    const plain = await unpackCriuDir(dir, { workers: 2 }).finally(() => delete process.env.GPUCKPT_HUGE_SCRATCH);
+    expect(plain.huge).toBe(false);
+    expect(mountedAt(plain.dir)).toBeUndefined();
+    await plain.cleanup();
   });
 
   it("zero pages of private anonymous memory are left out, the pagemaps rewritten; the memory CRIU rebuilds is the one dumped", async () => {

@@ -26,6 +26,7 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_FRAMEWORK_HOOK', 'flag'],
   ['GPUCKPT_FRAMEWORK_WAIT', 'seconds'],
   ['GPUCKPT_BAR_ROUTES', 'routes'],
+  ['GPUCKPT_HUGE_SCRATCH', 'flag'],
 ];
 
 const VALID: Record<Kind, [RegExp, string]> = {

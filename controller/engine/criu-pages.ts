@@ -2,13 +2,12 @@
  * CRIU's page images (pages-N.img: most of a whole-process image, half of
  * it zero pages on a PyTorch job) kept as zstd frames: packed after the
  * dump, with where the zero pages are; checked and unpacked before a
- * restore into a scratch directory that CRIU reads, where zero pages stay
- * holes, and those of private anonymous memory are left out with the
- * pagemaps rewritten to match (criu-zero-pages.ts). The image itself is
- * never written by a restore.
+ * restore into a scratch directory that CRIU reads, where zero pages are
+ * never written (holes, or a huge page's zeros), and those of private
+ * anonymous memory are left out with the pagemaps rewritten to match
+ * (criu-zero-pages.ts). The image itself is never written by a restore.
  */
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, statfsSync, symlinkSync, writeFileSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { closeSync, existsSync, ftruncateSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { Limiter } from '../base/limiter.js';
@@ -16,10 +15,8 @@ import { log, logEnabled } from '../base/log.js';
 import { PhaseClock } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
 import { readRange } from '../image/file-range.js';
-import { ownRunDir } from '../adapters/run-dir.js';
-import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
-import { osErrorText } from '../image/os-error.js';
 import { CodecPool } from './codec-pool.js';
+import { makeScratch } from './criu-scratch.js';
 import { frameLayout, planZeroDrops, type PageRuns, type ZeroDrop } from './criu-zero-pages.js';
 import { PAGE_BYTES } from '../adapters/criu-memory.js';
 
@@ -167,19 +164,19 @@ export async function verifyCriuPages(dir: string, codecs: CodecPool): Promise<v
  */
 const WRITTEN_BY_RESTORE = new Set(['stats-restore', 'restore.log']);
 
-/** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup() (its pages freed on libuv's threads). */
+/** A directory CRIU restores from: dir's files linked, its packed pages unpacked; removed by cleanup(). */
 export interface CriuScratch {
   dir: string;
+  /** On a tmpfs of its own with huge pages (criu-scratch.ts): no holes there. */
+  huge: boolean;
   pages?: PagesSummary;
   cleanup(): Promise<void>;
 }
 
 /**
  * Unpacks dir (CRIU's part of image) for a restore (until signal aborts
- * it): into /dev/shm when it
- * has room (CRIU reads it at memory speed and nothing reaches a disk), else
- * the run directory, else beside the image. Every frame is checked first by
- * zstd: a damaged image is refused before any process runs. Zero pages of
+ * it) into a scratch directory (criu-scratch.ts). Every frame is checked
+ * first by zstd: a damaged image is refused before any process runs. Zero pages of
  * private anonymous memory are left out where the index holds at least
  * leaveOutZerosFrom bytes of them (default PLAN_MIN_ZERO_BYTES).
  */
@@ -195,8 +192,9 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   clock.mark('plan');
   if (logEnabled('debug'))
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
-  const scratch = await makeScratch(rawBytes - leftOutBytes, dirname(dir));
-  const cleanup = () => rm(scratch, { recursive: true, force: true });
+  const made = await makeScratch(rawBytes - leftOutBytes, dirname(dir));
+  const [scratch, cleanup, huge] = [made.dir, made.remove, made.huge];
+  if (huge) log('debug', 'criu pages unpack', `scratch ${scratch} on a tmpfs of its own with huge pages`);
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
     const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));
@@ -206,7 +204,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
       if (bytes) writeFileSync(join(scratch, name), bytes, { mode: 0o600, flag: 'wx' });
       else symlinkSync(join(dir, name), join(scratch, name));
     }
-    if (!index) return { dir: scratch, cleanup };
+    if (!index) return { dir: scratch, huge, cleanup };
     clock.mark('scratch');
     for (const f of index.files) {
       const fd = openSync(join(scratch, f.name), 'wx', 0o600);
@@ -239,7 +237,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     } finally {
       if (!opts.codecs) await codecs.close();
     }
-    return { dir: scratch, pages: { ...summaryOf(index.files, t0), ...(leftOutBytes ? { leftOutBytes } : {}) }, cleanup };
+    return { dir: scratch, huge, pages: { ...summaryOf(index.files, t0), ...(leftOutBytes ? { leftOutBytes } : {}) }, cleanup };
   } catch (e) {
     await cleanup();
     throw e;
@@ -268,27 +266,4 @@ function runsPages(runs: PageRuns): number {
   let n = 0;
   for (let i = 1; i < runs.length; i += 2) n += runs[i]!;
   return n;
-}
-
-/** A fresh scratch directory where bytes fit, stale ones of dead restores removed first. */
-async function makeScratch(bytes: number, beside: string): Promise<string> {
-  const margin = 256 << 20;
-  const tried: string[] = [];
-  for (const parent of ['/dev/shm', ownRunDir(), beside]) {
-    try {
-      mkdirSync(parent, { recursive: true, mode: 0o700 });
-      await removeStaleTempDirs(parent);
-      const fs = statfsSync(parent);
-      if (fs.bavail * fs.bsize < bytes + margin) {
-        tried.push(`${parent}: ${fs.bavail * fs.bsize} bytes free`);
-        continue;
-      }
-      const dir = join(parent, tempDirName('criu-restore'));
-      mkdirSync(dir, { mode: 0o700 });
-      return dir;
-    } catch (e) {
-      tried.push(`${parent}: ${osErrorText(e)}`);
-    }
-  }
-  throw new GpuckptError('HOST_MEMORY', `no room to unpack CRIU's ${bytes} bytes of pages for the restore (${tried.join('; ')}); nothing was restored`);
 }

@@ -44,9 +44,10 @@ export function publishedPath(path: string): string | undefined {
  * Delete the working directories in `parentDir` left by writers that are no
  * longer running. Best effort: an unreadable parent or an entry that cannot
  * be removed is skipped, since failing here would only block a new image for
- * the sake of old garbage. Returns the paths removed.
+ * the sake of old garbage. beforeRemoval(path), if given, runs first on
+ * each (a mount on it undone). Returns the paths removed.
  */
-export async function removeStaleTempDirs(parentDir: string): Promise<string[]> {
+export async function removeStaleTempDirs(parentDir: string, beforeRemoval?: (path: string) => void): Promise<string[]> {
   let entries: string[];
   try {
     entries = await readdir(parentDir);
@@ -61,6 +62,7 @@ export async function removeStaleTempDirs(parentDir: string): Promise<string[]> 
     try {
       // lstat: never follow a symlink that merely has a matching name.
       if (!(await lstat(full)).isDirectory()) continue;
+      beforeRemoval?.(full);
       await rm(full, { recursive: true, force: true });
       removed.push(full);
     } catch {

@@ -13,6 +13,7 @@
 #include "bar_map.h"
 #include "byte_planes.h"
 #include "peer_memory.h"
+#include "scratch_mount.h"
 #include "session.h"
 #include "shared_memory.h"
 #include "unix_sockets.h"
@@ -47,6 +48,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("byteplanes", Napi::Function::New(env, BytePlanes, "byteplanes"));
+  exports.Set("mountHugeTmpfs", Napi::Function::New(env, MountHugeTmpfs, "mountHugeTmpfs"));
+  exports.Set("unmountLazy", Napi::Function::New(env, UnmountLazy, "unmountLazy"));
   exports.Set("unixSockets", Napi::Function::New(env, UnixSockets, "unixSockets"));
   exports.Set("protocolVersion", Napi::Number::New(env, GPCK_PROTOCOL_VERSION));
   return exports;
