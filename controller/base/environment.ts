@@ -5,7 +5,7 @@
  */
 import { GpuckptError } from './errors.js';
 
-type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle' | 'routes';
+type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle' | 'routes' | 'verbosity';
 
 /** Name, kind; the shim's (shim/interpose/config.h) and the controller's own. */
 const SETTINGS: [string, Kind][] = [
@@ -26,6 +26,7 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_FRAMEWORK_HOOK', 'flag'],
   ['GPUCKPT_FRAMEWORK_WAIT', 'seconds'],
   ['GPUCKPT_BAR_ROUTES', 'routes'],
+  ['GPUCKPT_CRIU_VERBOSITY', 'verbosity'],
   ['GPUCKPT_HUGE_SCRATCH', 'flag'],
 ];
 
@@ -37,6 +38,7 @@ const VALID: Record<Kind, [RegExp, string]> = {
   level: [/^(error|warn|info|debug)$/, 'one of error, warn, info, debug'],
   shuffle: [/^(auto|off|2|4)$/, 'auto, off, 2 or 4 (byte planes of that element size in every frame)'],
   routes: [/^(mmap|vulkan)(,(mmap|vulkan))*$/, 'routes to try in order, of mmap and vulkan (example: vulkan,mmap)'],
+  verbosity: [/^[0-4]$/, "a CRIU log level from 0 to 4 (CRIU's -v)"],
 };
 
 export function checkEnvironment(env: NodeJS.ProcessEnv = process.env): void {

@@ -26,7 +26,7 @@ function keep(log, name) {
   if (dir && log && fs.existsSync(log)) fs.copyFileSync(log, path.join(dir, name));
 }
 
-/** BENCH_TRACE=1: CRIU's own log (-v4, each line stamped) beside the command's trace, as $OUT/criu-<name>.log. */
+/** BENCH_TRACE=1: CRIU's own log (-v3 unless GPUCKPT_CRIU_VERBOSITY says, each line stamped) beside the command's trace, as $OUT/criu-<name>.log. */
 export function keepCriuLog(log, name) {
   keep(log, `criu-${name}.log`);
 }
