@@ -192,7 +192,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   clock.mark('plan');
   if (logEnabled('debug'))
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
-  const made = await makeScratch(rawBytes - leftOutBytes, dirname(dir));
+  const made = await makeScratch(rawBytes - leftOutBytes, index?.files.length ?? 0, dirname(dir));
   const [scratch, cleanup, huge] = [made.dir, made.remove, made.huge];
   if (huge) log('debug', 'criu pages unpack', `scratch ${scratch} on a tmpfs of its own with huge pages`);
   try {

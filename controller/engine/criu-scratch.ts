@@ -31,8 +31,11 @@ const MEMORY_DIR = '/dev/shm';
 /** Room kept free beside the pages. */
 const MARGIN = 256 << 20;
 
-/** A fresh scratch directory where bytes fit, stale ones of dead restores removed first. */
-export async function makeScratch(bytes: number, beside: string): Promise<Scratch> {
+/** Each file's last huge page is whole in a tmpfs of huge pages. */
+const HUGE_PAGE = 2 << 20;
+
+/** A fresh scratch directory where files (bytes in all) fit, stale ones of dead restores removed first. */
+export async function makeScratch(bytes: number, files: number, beside: string): Promise<Scratch> {
   const tried: string[] = [];
   for (const parent of [MEMORY_DIR, ownRunDir(), beside]) {
     try {
@@ -45,7 +48,7 @@ export async function makeScratch(bytes: number, beside: string): Promise<Scratc
       }
       const dir = join(parent, tempDirName('criu-restore'));
       mkdirSync(dir, { mode: 0o700 });
-      const huge = parent === MEMORY_DIR && mountHuge(dir, bytes + MARGIN);
+      const huge = parent === MEMORY_DIR && mountHuge(dir, bytes + files * HUGE_PAGE + MARGIN);
       return { dir, huge, remove: () => removeScratch(dir, huge) };
     } catch (e) {
       tried.push(`${parent}: ${osErrorText(e)}`);
