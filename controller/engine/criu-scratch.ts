@@ -7,7 +7,9 @@
  * Huge pages because a tmpfs takes a file's pages 4 KiB at a time: 31
  * threads filled 0.78 GB in 0.2 s on /dev/shm and in 0.03 s with huge
  * pages (2x H200, test/gpu/probes/tmpfs_pages.c), which CRIU also reads
- * faster and which is freed at once.
+ * faster and which is freed at once. A restore gains less, and where huge
+ * pages are slow to come it can lose (docs/ARCHITECTURE.md, "A scratch of
+ * huge pages"): GPUCKPT_HUGE_SCRATCH=0 turns them off.
  */
 import { mkdirSync, statfsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
