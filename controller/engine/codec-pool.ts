@@ -27,9 +27,40 @@ export interface CodecReply {
   planes?: Planes;
   /** compressFile: the frame's runs of all-zero pages, [first, count, ...]. */
   zeroPages?: number[];
+  /** decompressToFile: where the worker's time went. */
+  spent?: FrameSpent;
   error?: { code: string; message: string };
   /** Not run: the pool was closing. */
   cancelled?: boolean;
+}
+
+/** A frame's time in a worker (ms): reading its compressed bytes, decompressing and checking them, writing them out. */
+export interface FrameSpent {
+  thread: number;
+  read: number;
+  decompress: number;
+  write: number;
+}
+
+/**
+ * Where frames' time went across the workers, for a trace: each phase
+ * summed, and the least and most a worker was busy, beside wallMs, the
+ * time from queueing them to the last one's end. Workers busy far less
+ * than wallMs waited (to start, or for their tasks); busy about as long,
+ * they were the bound.
+ */
+export function describeSpent(spent: FrameSpent[], wallMs: number): string {
+  const busy = new Map<number, number>();
+  const sum = { read: 0, decompress: 0, write: 0 };
+  for (const f of spent) {
+    sum.read += f.read;
+    sum.decompress += f.decompress;
+    sum.write += f.write;
+    busy.set(f.thread, (busy.get(f.thread) ?? 0) + f.read + f.decompress + f.write);
+  }
+  const s = (ms: number) => (ms / 1000).toFixed(3);
+  const each = busy.size ? [...busy.values()] : [0];
+  return `${spent.length} frames on ${busy.size} workers in ${s(wallMs)} s: read ${s(sum.read)} s, decompress and check ${s(sum.decompress)} s, write ${s(sum.write)} s in all; each worker busy ${s(Math.min(...each))}-${s(Math.max(...each))} s`;
 }
 
 type DistributiveOmit<T, K extends keyof any> = T extends unknown ? Omit<T, K> : never;
@@ -112,10 +143,12 @@ export class CodecPool {
    * The frame at [srcOffset, +srcLength) of src, checked and written at
    * dstOffset of dst, its zero pages left as holes; with keep, only its
    * [from, to) byte ranges keep, laid end to end, and what it leaves out
-   * must be zero pages (IMAGE_DATA_CORRUPT if not).
+   * must be zero pages (IMAGE_DATA_CORRUPT if not). Resolves with where
+   * the worker's time went.
    */
-  async decompressToFile(src: string, srcOffset: number, srcLength: number, dst: string, dstOffset: number, length: number, what: string, keep?: number[]): Promise<void> {
-    await this.pool.run({ op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what, ...(keep ? { keep } : {}) });
+  async decompressToFile(src: string, srcOffset: number, srcLength: number, dst: string, dstOffset: number, length: number, what: string, keep?: number[]): Promise<FrameSpent> {
+    const r = await this.pool.run({ op: 'decompressToFile', src, srcOffset, srcLength, dst, dstOffset, length, what, ...(keep ? { keep } : {}) });
+    return r.spent!;
   }
 
   /** The frame at src, read by a worker, checked and decompressed into staging [offset, offset+length). */

@@ -5,7 +5,7 @@
  * pool data never crosses a thread boundary by copy.
  */
 import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, threadId, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
 import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
@@ -63,11 +63,15 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
     }
     case 'decompressToFile': {
       // Two buffers: the frame's compressed bytes, then its raw bytes.
+      const t0 = performance.now();
       const compressed = readRange(task.src, task.srcOffset, task.srcLength, scratchOf(compressedScratch, task.srcLength));
+      const t1 = performance.now();
       const raw = decompressFrame(compressed, task.length, task.what, scratch(task.length));
       if (task.keep) refuseLeftOutNonZero(raw, task.keep, task.what);
+      const t2 = performance.now();
       writeSparse(task.dst, task.dstOffset, raw, task.keep ?? [0, raw.length]);
-      return { reply: { id: task.id }, transfer: [] };
+      const spent = { thread: threadId, read: t1 - t0, decompress: t2 - t1, write: performance.now() - t2 };
+      return { reply: { id: task.id, spent }, transfer: [] };
     }
   }
 }

@@ -15,7 +15,7 @@ import { log, logEnabled } from '../base/log.js';
 import { PhaseClock } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
 import { readRange } from '../image/file-range.js';
-import { CodecPool } from './codec-pool.js';
+import { CodecPool, describeSpent } from './codec-pool.js';
 import { makeScratch } from './criu-scratch.js';
 import { frameLayout, planZeroDrops, type PageRuns, type ZeroDrop } from './criu-zero-pages.js';
 import { PAGE_BYTES } from '../adapters/criu-memory.js';
@@ -219,6 +219,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
       // Every frame queued at once: the workers go on while the event loop
       // is busy with the restore's checks.
       const layout = frameLayouts(new Map([...drops.values()].map((d) => [d.file, d.dropped])));
+      const queued = performance.now();
       const done = framesOf(dir, index).map((f) => {
         const placed = layout(f);
         return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), placed ? placed.dstPage * PAGE_BYTES : f.dstOffset, f.rawLength, f.what, placed?.keep);
@@ -232,8 +233,10 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
         opts.signal?.addEventListener('abort', stop, { once: true });
       });
       given.catch(() => undefined);
-      await Promise.race([Promise.all(done), given]);
+      const all = Promise.all(done);
+      await Promise.race([all, given]);
       clock.mark('frames');
+      if (logEnabled('debug')) log('debug', 'criu pages unpack', describeSpent(await all, performance.now() - queued));
     } finally {
       if (!opts.codecs) await codecs.close();
     }
