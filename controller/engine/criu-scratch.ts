@@ -1,15 +1,17 @@
 /**
  * Where a restore unpacks CRIU's pages: /dev/shm when it has room (CRIU
- * reads them at memory speed and nothing reaches a disk), there on a tmpfs
- * of the restore's own with huge pages where this process may mount one,
- * else the run directory, else beside the image.
+ * reads them at memory speed and nothing reaches a disk), with
+ * GPUCKPT_HUGE_SCRATCH=1 on a tmpfs of the restore's own with huge pages
+ * where this process may mount one, else the run directory, else beside
+ * the image.
  *
- * Huge pages because a tmpfs takes a file's pages 4 KiB at a time: 31
- * threads filled 0.78 GB in 0.2 s on /dev/shm and in 0.03 s with huge
- * pages (2x H200, test/gpu/probes/tmpfs_pages.c), which CRIU also reads
- * faster and which is freed at once. A restore gains less, and where huge
- * pages are slow to come it can lose (docs/ARCHITECTURE.md, "A scratch of
- * huge pages"): GPUCKPT_HUGE_SCRATCH=0 turns them off.
+ * Huge pages on request only: 31 threads filled 0.78 GB in 0.2 s on
+ * /dev/shm and in 0.03 s with huge pages (2x H200,
+ * test/gpu/probes/tmpfs_pages.c), and restores run one after another
+ * there unpacked faster so; but on a 2-core machine a process's first
+ * fill, more so on a host that had not just freed huge pages, was slower
+ * than on /dev/shm (docs/ARCHITECTURE.md, "A scratch of huge pages"), and
+ * a user's restore is such a fill. Not yet measured so on a GPU host.
  */
 import { mkdirSync, statfsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
@@ -59,9 +61,9 @@ export async function makeScratch(bytes: number, files: number, beside: string):
   throw new GpuckptError('HOST_MEMORY', `no room to unpack CRIU's ${bytes} bytes of pages for the restore (${tried.join('; ')}); nothing was restored`);
 }
 
-/** Whether a huge-page tmpfs of bytes now lies on dir: not where GPUCKPT_HUGE_SCRATCH=0 or the mount is refused. */
+/** Whether a huge-page tmpfs of bytes now lies on dir: only with GPUCKPT_HUGE_SCRATCH=1, where the mount is allowed. */
 function mountHuge(dir: string, bytes: number): boolean {
-  if (process.env.GPUCKPT_HUGE_SCRATCH === '0') return false;
+  if (process.env.GPUCKPT_HUGE_SCRATCH !== '1') return false;
   try {
     native().mountHugeTmpfs(dir, bytes);
     return true;
