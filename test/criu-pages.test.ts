@@ -17,7 +17,7 @@ import { imageFile, message } from './fake-criu/criu-image.mjs';
 const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`, import.meta.url).href);
 const { unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
 const { packCriuPages, CriuPagesPacker } = await engine('criu-pages-pack');
-const { CodecPool } = await engine('codec-pool');
+const { CodecPool, describeSpent } = await engine('codec-pool');
 const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
 const { protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
@@ -134,6 +134,32 @@ describe('CRIU pages', () => {
     expect(plain.huge).toBe(false);
     expect(mountedAt(plain.dir)).toBeUndefined();
     await plain.cleanup();
+  });
+
+  it("each unpacked frame answers with its worker's time, which the trace sums by phase and by worker", async () => {
+    const { dir } = criuDir('spent');
+    await packCriuPages(dir, { workers: 2 });
+    const index = JSON.parse(readFileSync(join(dir, PACKED_INDEX), 'utf8'));
+    const big = index.files.find((f: { name: string }) => f.name === 'pages-1.img');
+    const out = join(root, 'spent-out');
+    writeFileSync(out, Buffer.alloc(big.rawBytes));
+    const codecs = new CodecPool(2);
+    try {
+      const spent = await codecs.decompressToFile(join(dir, 'pages-1.img.zst'), 0, big.frames[0], out, 0, index.frameBytes, 'frame 0');
+      expect(spent).toEqual({ thread: expect.any(Number), read: expect.any(Number), decompress: expect.any(Number), write: expect.any(Number) });
+      expect(spent.thread).toBeGreaterThan(0); // a worker's, not the main thread's
+    } finally {
+      await codecs.close();
+    }
+    const line = describeSpent(
+      [
+        { thread: 1, read: 100, decompress: 200, write: 300 },
+        { thread: 2, read: 10, decompress: 20, write: 30 },
+        { thread: 1, read: 1, decompress: 2, write: 3 },
+      ],
+      900,
+    );
+    expect(line).toBe('3 frames on 2 workers in 0.900 s: read 0.111 s, decompress and check 0.222 s, write 0.333 s in all; each worker busy 0.060-0.606 s');
   });
 
   it("zero pages of private anonymous memory are left out, the pagemaps rewritten; the memory CRIU rebuilds is the one dumped", async () => {
