@@ -192,9 +192,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   clock.mark('plan');
   if (logEnabled('debug'))
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
-  const made = await makeScratch(rawBytes - leftOutBytes, index?.files.length ?? 0, dirname(dir));
-  const [scratch, cleanup, huge] = [made.dir, made.remove, made.huge];
-  if (huge) log('debug', 'criu pages unpack', `scratch ${scratch} on a tmpfs of its own with huge pages`);
+  const { dir: scratch, remove: cleanup, huge } = await makeScratch(rawBytes - leftOutBytes, index?.files.length ?? 0, dirname(dir));
   try {
     const packed = new Set(index?.files.map((f) => f.name + PACKED));
     const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));

@@ -66,6 +66,7 @@ function mountHuge(dir: string, bytes: number): boolean {
   if (process.env.GPUCKPT_HUGE_SCRATCH !== '1') return false;
   try {
     native().mountHugeTmpfs(dir, bytes);
+    log('debug', 'criu pages unpack', `scratch ${dir} on a tmpfs of its own with huge pages`);
     return true;
   } catch (e) {
     log('debug', 'criu pages unpack', `no tmpfs of its own for the scratch (${(e as Error).message}): pages of 4 KiB on ${MEMORY_DIR}`);

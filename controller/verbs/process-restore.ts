@@ -202,6 +202,7 @@ async function checkGpus(readers: ImageReader[], members: number[], device: stri
     checkGpuRoom(members[i]!, readGpuNeeds(r.path), taken, target ? gpuPairs(taken, target.uuid) : undefined, 'nothing was restored; choose another GPU with --device');
   });
   faultPoint('gpu-checks');
-  log('debug', 'restore', `GPU checks passed at ${((performance.now() - t0) / 1000).toFixed(3)} s`);
-  return (performance.now() - t0) / 1000;
+  const seconds = (performance.now() - t0) / 1000;
+  log('debug', 'restore', `GPU checks passed at ${seconds.toFixed(3)} s`);
+  return seconds;
 }
