@@ -39,8 +39,8 @@ interface NativeModule {
   unmapFiles(buffer: ArrayBuffer): void;
   /** One mapping of the whole of files laid end to end, for every thread: its address. */
   mapShared(fds: number[], fileBytes: bigint | number, size: bigint | number): bigint;
-  /** Unmaps a mapShared mapping; no view of it may be used after. */
-  unmapShared(address: bigint): void;
+  /** Unmaps a mapShared mapping off the main thread; no view of it may be used after the call. */
+  unmapShared(address: bigint): Promise<void>;
   /** An ArrayBuffer over [address, address+length) inside a live mapShared mapping (length <= 4 GiB); collecting it unmaps nothing. */
   viewAt(address: bigint, length: number): ArrayBuffer;
   closeFd(fd: number): void;

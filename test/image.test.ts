@@ -1021,7 +1021,7 @@ describe('codec pool', () => {
       try {
         raws.forEach((r, i) => expect(Buffer.from(native().viewAt(base + BigInt(placed[i]!), r.length)).equals(r)).toBe(true));
       } finally {
-        native().unmapShared(base);
+        await native().unmapShared(base);
       }
       const cut = join(dir, 'cut.zst');
       await writeFile(cut, frames[0]!.subarray(0, 1000));
@@ -1037,7 +1037,7 @@ describe('codec pool', () => {
     }
   });
 
-  it('a shared mapping: views inside it only, its data kept by the memfds after an unmap that drops its pages from several threads', () => {
+  it('a shared mapping: views inside it only, its data kept by the memfds after an unmap that drops its pages from several threads', async () => {
     const file = 128 << 20;
     const size = 512 << 20; // two slices of 256 MiB or more: the parallel drop runs wherever there are 2 cores
     const fds = [0, 1, 2, 3].map(() => native().createMemfd(file));
@@ -1046,16 +1046,18 @@ describe('codec pool', () => {
       for (let off = 0; off < size; off += 1 << 20) new Uint8Array(native().viewAt(base + BigInt(off), 4096)).fill((off >> 20) & 255);
       expect(() => native().viewAt(base + BigInt(size - 4096), 8192)).toThrow(/viewAt: Invalid argument/);
       expect(() => native().viewAt(base - 4096n, 4096)).toThrow(/viewAt: Invalid argument/);
-      native().unmapShared(base);
+      const unmapped = native().unmapShared(base);
+      // Gone for every caller at once, before its pages are.
       expect(() => native().unmapShared(base)).toThrow(/unmapShared: Invalid argument/);
       expect(() => native().viewAt(base, 4096)).toThrow(/viewAt: Invalid argument/);
+      await unmapped;
       base = native().mapShared(fds, file, size);
       try {
         let wrong = 0;
         for (let off = 0; off < size; off += 1 << 20) wrong += Number(new Uint8Array(native().viewAt(base + BigInt(off), 1))[0] !== ((off >> 20) & 255));
         expect(wrong).toBe(0);
       } finally {
-        native().unmapShared(base);
+        await native().unmapShared(base);
       }
     } finally {
       for (const fd of fds) native().closeFd(fd);

@@ -111,12 +111,13 @@ export class CodecPool {
     try {
       await this.pool.each({ op: 'map', base, size });
     } catch (e) {
-      native().unmapShared(base);
+      await native().unmapShared(base);
       throw e;
     }
     // Each worker ran its earlier tasks before the map: none uses the old mapping now.
-    if (this.mapped !== undefined) native().unmapShared(this.mapped);
+    const old = this.mapped;
     this.mapped = base;
+    if (old !== undefined) await native().unmapShared(old);
   }
 
   /** A frame of staging [offset, offset+length), and the layout it chose (planes: GPUCKPT_SHUFFLE's mode). */
@@ -175,8 +176,9 @@ export class CodecPool {
       const t0 = performance.now();
       await this.pool.close();
       const t1 = performance.now();
-      if (this.mapped !== undefined) native().unmapShared(this.mapped);
+      const mapped = this.mapped;
       this.mapped = undefined;
+      if (mapped !== undefined) await native().unmapShared(mapped);
       log('debug', 'codec', `workers ended in ${((t1 - t0) / 1000).toFixed(3)} s, staging unmapped in ${((performance.now() - t1) / 1000).toFixed(3)} s`);
     })();
     return this.closing;

@@ -168,8 +168,34 @@ Napi::Value MapShared(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(base)));
 }
 
-// unmapShared(address): what mapShared mapped, unmapped; the caller has
-// made sure no thread still uses a view of it.
+// The pages dropped (on several threads) and the mapping gone, on a
+// thread of libuv's pool: 0.2-0.3 s for 5 GB of staging on the H200 hosts,
+// which held every other pool's close behind it on the main thread.
+class UnmapWorker : public Napi::AsyncWorker {
+ public:
+  UnmapWorker(Napi::Env env, void* base, uint64_t span)
+      : Napi::AsyncWorker(env, "gpuckpt.unmapShared"), deferred_(Napi::Promise::Deferred::New(env)), base_(base), span_(span) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override {
+    gp_drop_pages_parallel(base_, span_);
+    munmap(base_, span_);
+  }
+
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  void* base_;
+  uint64_t span_;
+};
+
+// unmapShared(address): a promise that what mapShared mapped is unmapped;
+// the caller has made sure no thread still uses a view of it. No view of
+// it can be taken once this returns. An address it did not map throws.
 Napi::Value UnmapShared(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   bool lossless = false;
@@ -187,9 +213,10 @@ Napi::Value UnmapShared(const Napi::CallbackInfo& info) {
     ErrnoError(env, "unmapShared", EINVAL).ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  gp_drop_pages_parallel(reinterpret_cast<void*>(address), span);
-  munmap(reinterpret_cast<void*>(address), span);
-  return env.Undefined();
+  auto* w = new UnmapWorker(env, reinterpret_cast<void*>(address), span);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
 }
 
 // viewAt(address, length): an ArrayBuffer over [address, address+length),
