@@ -98,6 +98,7 @@ describe('whole-process checkpoint', () => {
     expect(ins).toMatchObject({ kind: 'process', verified: true });
     expect(psRow(app.pid).poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    expect((await app.command('info')).stack, 'the stack limit lowered for the driver, set again').toBe(1024);
 
     // Its PID is taken while it runs: restoring the image now is refused.
     const again = cli(['restore', out]);
@@ -245,9 +246,11 @@ describe('whole-process checkpoint', () => {
     const child = box.cliAsync(['checkpoint', String(app.pid), '-o', out], { ...env, FAKE_CRIU_DUMP_DELAY_MS: '1500', GPUCKPT_TEST_FAULT: 'criu-sync' });
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
     expect(await within(20_000, () => runsCriu(child))).toBe(true);
-    expect(mappingRssKiB(app.pid, 24 * 1024)).toBe(6 * 1024);
+    // Then the context's stacks, lowered to 16 bytes a thread (8192 of them): zeros, dropped too.
+    expect(mappingRssKiB(app.pid, 24 * 1024 + 128)).toBe(6 * 1024);
     expect(await exited).toBe(1);
     await expectNoImageStillRunning(app, ready, out);
+    expect((await app.command('info')).stack, 'the stack limit set again').toBe(1024);
     expect(await app.quit()).toBe(0);
   });
 

@@ -108,25 +108,47 @@ describe('suspend and resume', () => {
   });
 
   it("drops the zero pages of the driver's copy of the device state, which the driver's restore reads back as it was", async () => {
-    // The fake driver's copy: 24 MiB, one page in four a pattern; a page it
-    // finds changed at the restore ends the process (status 70).
-    const copyKiB = (pid: number) => mappingRssKiB(pid, 24 * 1024);
+    // The fake driver's copy: 24 MiB, one page in four a pattern, then the
+    // context's stacks as zeros (its stack limit times 8192 threads); a
+    // page it finds changed at the restore ends the process (status 70).
+    // The shim lowers the limit from 1024 to 16 bytes: 128 KiB of stacks.
+    const stacks = 16 * 8192;
+    const copyKiB = (pid: number, bytes = (24 << 20) + stacks) => mappingRssKiB(pid, bytes / 1024);
     const { app, ready } = await start({ FAKE_CUDA_DRIVER_COPY_MB: '24' });
     for (const to of [undefined, box.path('driver-copy-image')]) {
       const s = json<any>(cli(['suspend', String(app.pid), '--json', ...(to ? ['--to', to] : [])]).stdout);
-      expect(s.driverZeroBytes).toBe(18 << 20);
+      expect(s.driverZeroBytes).toBe((18 << 20) + stacks);
       expect(copyKiB(app.pid)).toBe(6 * 1024);
       expect(cli(['resume', String(app.pid)]).code).toBe(0);
       expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+      expect((await app.command('info')).stack, 'the stack limit after the resume').toBe(1024);
     }
     expect(await app.quit()).toBe(0);
 
     // GPUCKPT_DRIVER_ZEROS=keep leaves it whole.
     const kept = await start({ FAKE_CUDA_DRIVER_COPY_MB: '24', GPUCKPT_DRIVER_ZEROS: 'keep' });
     expect(json<any>(cli(['suspend', String(kept.app.pid), '--json']).stdout).driverZeroBytes).toBe(0);
-    expect(copyKiB(kept.app.pid)).toBe(24 * 1024);
+    expect(copyKiB(kept.app.pid)).toBe((24 << 10) + stacks / 1024);
     expect(cli(['resume', String(kept.app.pid)]).code).toBe(0);
     expect(await kept.app.quit()).toBe(0);
+  });
+
+  it("lowers each context's stack limit for the driver's checkpoint, so that its copy leaves out their local memory, and sets the limits again (GPUCKPT_STACKS=keep: as they are)", async () => {
+    const stacksAt = (limit: number) => limit * 8192;
+    for (const keep of [false, true]) {
+      const { app, ready } = await start({ FAKE_CUDA_DRIVER_COPY_MB: '24', ...(keep ? { GPUCKPT_STACKS: 'keep' } : {}) });
+      expect((await app.command('info')).stack).toBe(1024);
+      const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
+      expect(s.driverZeroBytes, keep ? 'stacks kept' : 'stacks lowered').toBe((18 << 20) + stacksAt(keep ? 1024 : 16));
+      expect(cli(['resume', String(app.pid)]).code).toBe(0);
+      expect((await app.command('info')).stack).toBe(1024);
+      expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+      // Again: the limits kept by the first suspend were set back, and are lowered anew.
+      expect(json<any>(cli(['suspend', String(app.pid), '--json']).stdout).driverZeroBytes).toBe(s.driverZeroBytes);
+      expect(cli(['resume', String(app.pid)]).code).toBe(0);
+      expect((await app.command('info')).stack).toBe(1024);
+      expect(await app.quit()).toBe(0);
+    }
   });
 
   it('keeps the host memory that held the pool, lazily freed, for the next suspend (GPUCKPT_HOST_RETAIN=0: none)', async () => {

@@ -88,6 +88,10 @@ static void let_go(struct gp_client *c)
  * and the memory that held the data. Returns how long the gate was closed. */
 static uint64_t run_again(struct gp_client *c)
 {
+    /* Set again at the remap; only a path that skipped it finds any kept. */
+    CUresult cu = CUDA_SUCCESS;
+    if (gp_contexts_restore_stacks(&cu))
+        GP_WARN("control", "a context's stack limit could not be set again (CUresult %d): kernels grow it as they need", (int)cu);
     uint64_t ns = gp_gate_open();
     let_go(c);
     suspension = RUNNING;
@@ -283,6 +287,13 @@ static int handle_suspend_pool(struct gp_request *r)
     else
         gp_staging_destroy(&c->staging);
     err = gp_pool_release_all(&rep->bytes);
+    /* Not fatal: the driver's checkpoint then copies the stacks too. */
+    struct gp_shim_info info;
+    gp_shim_info(&info);
+    CUresult cu = CUDA_SUCCESS;
+    if (!gp_shim_config()->keep_stacks && gp_contexts_shrink_stacks(info.device_count, &cu))
+        GP_WARN("control", "suspend: a context's stack limit could not be lowered (CUresult %d); its local memory is "
+                "checkpointed whole", (int)cu);
     rep->ns = gp_now_ns() - t0;
     /* The driver's checkpoint comes next: what it maps is recorded. */
     if (!gp_shim_config()->keep_driver_zeros)
@@ -349,7 +360,10 @@ static int handle_remap_pool(struct gp_request *r)
     uint64_t t0 = gp_now_ns();
     CUresult cu = CUDA_SUCCESS;
     bool on_gpu = gp_peer_held_any();
-    int err = on_gpu ? gp_peer_remap(&rep->bytes, &rep->bytes_copied, &cu) : gp_pool_remap_all(&rep->bytes, &cu);
+    /* The stacks first: their local memory comes back before the pool takes the room. */
+    int err = gp_contexts_restore_stacks(&cu);
+    if (!err)
+        err = on_gpu ? gp_peer_remap(&rep->bytes, &rep->bytes_copied, &cu) : gp_pool_remap_all(&rep->bytes, &cu);
     rep->ns = gp_now_ns() - t0;
     if (err) {
         GP_WARN("control", "remap failed (%d, CUresult %d): still suspended", err, (int)cu);

@@ -54,6 +54,8 @@ int gp_config_load(struct gp_config *c)
     c->disabled = dis && !strcmp(dis, "1");
     const char *zeros = getenv("GPUCKPT_DRIVER_ZEROS");
     c->keep_driver_zeros = zeros && !strcmp(zeros, "keep");
+    const char *stacks = getenv("GPUCKPT_STACKS");
+    c->keep_stacks = stacks && !strcmp(stacks, "keep");
     int err = size_var("GPUCKPT_POOL_BASE", GP_DEFAULT_POOL_BASE, &c->pool_base);
     err = err ?: size_var("GPUCKPT_POOL_SIZE", GP_DEFAULT_SLICE_SIZE, &c->slice_size);
     err = err ?: size_var("GPUCKPT_CHUNK_SIZE", GP_DEFAULT_CHUNK_SIZE, &c->chunk_size);

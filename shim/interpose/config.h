@@ -57,6 +57,7 @@ struct gp_config {
     uint64_t host_retain;
     uint64_t nccl_timeout_s;
     bool keep_driver_zeros;
+    bool keep_stacks; /* GPUCKPT_STACKS=keep: contexts' stacks checkpointed as they are */
     bool disabled;
     char run_dir[256];
 };

@@ -75,6 +75,92 @@ int gp_contexts_sync_all(int device_count, CUresult *cu_err)
     return err;
 }
 
+/* The driver's floor; the local memory per thread follows the limit. */
+#define LEAST_STACK 16
+
+struct kept_stack {
+    CUcontext ctx;
+    size_t limit;
+};
+/* Control thread only: shrink and restore run there, one at a time. */
+static struct kept_stack kept_stacks[16 + MAX_TRACKED];
+static int kept_stack_count;
+
+static int shrink_stack(CUcontext ctx, CUresult *cu_err)
+{
+    for (int i = 0; i < kept_stack_count; i++)
+        if (kept_stacks[i].ctx == ctx)
+            return 0; /* shrunk already, its own limit kept */
+    if (kept_stack_count == (int)(sizeof(kept_stacks) / sizeof(kept_stacks[0])))
+        return 0;
+    CUresult r = GP_CALL(cuCtxPushCurrent_v2, ctx);
+    if (r != CUDA_SUCCESS) {
+        *cu_err = r;
+        return -EIO;
+    }
+    size_t limit = 0;
+    r = GP_CALL(cuCtxGetLimit, &limit, CU_LIMIT_STACK_SIZE);
+    if (r == CUDA_SUCCESS && limit > LEAST_STACK) {
+        r = GP_CALL(cuCtxSetLimit, CU_LIMIT_STACK_SIZE, LEAST_STACK);
+        if (r == CUDA_SUCCESS)
+            kept_stacks[kept_stack_count++] = (struct kept_stack){ ctx, limit };
+    }
+    CUcontext popped;
+    GP_REAL(cuCtxPopCurrent_v2)(&popped);
+    if (r != CUDA_SUCCESS) {
+        *cu_err = r;
+        return -EIO;
+    }
+    return 0;
+}
+
+int gp_contexts_shrink_stacks(int device_count, CUresult *cu_err)
+{
+    if (!GP_HAS_REAL(cuCtxGetLimit) || !GP_HAS_REAL(cuCtxSetLimit))
+        return 0;
+    for (int d = 0; d < device_count; d++) {
+        unsigned int flags;
+        int active = 0;
+        if (GP_REAL(cuDevicePrimaryCtxGetState)(d, &flags, &active) != CUDA_SUCCESS || !active)
+            continue;
+        CUcontext ctx;
+        CUresult r = GP_CALL(cuDevicePrimaryCtxRetain, &ctx, d);
+        if (r != CUDA_SUCCESS) {
+            *cu_err = r;
+            return -EIO;
+        }
+        int err = shrink_stack(ctx, cu_err);
+        GP_REAL(cuDevicePrimaryCtxRelease_v2)(d);
+        if (err)
+            return err;
+    }
+    pthread_mutex_lock(&lock);
+    int err = 0;
+    for (int i = 0; i < tracked_count && !err; i++)
+        err = shrink_stack(tracked[i], cu_err);
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+int gp_contexts_restore_stacks(CUresult *cu_err)
+{
+    while (kept_stack_count > 0) {
+        struct kept_stack *k = &kept_stacks[kept_stack_count - 1];
+        CUresult r = GP_CALL(cuCtxPushCurrent_v2, k->ctx);
+        if (r == CUDA_SUCCESS) {
+            r = GP_CALL(cuCtxSetLimit, CU_LIMIT_STACK_SIZE, k->limit);
+            CUcontext popped;
+            GP_REAL(cuCtxPopCurrent_v2)(&popped);
+        }
+        if (r != CUDA_SUCCESS) {
+            *cu_err = r;
+            return -EIO;
+        }
+        kept_stack_count--;
+    }
+    return 0;
+}
+
 int gp_contexts_use_primary(int device, CUresult *cu_err)
 {
     if (device < 0 || device >= (int)(sizeof(primaries) / sizeof(primaries[0])))

@@ -10,7 +10,8 @@
  *
  * It speaks the sample-application protocol (cli/demo/demo_app.cu): commands
  * on stdin, one JSON line per answer on stdout. Extra commands for tests:
- *   info         address-range queries on interior pointers, cuMemGetInfo
+ *   info         address-range queries on interior pointers, cuMemGetInfo,
+ *                the context's stack limit
  *   churn N      N alloc/free cycles of assorted sizes
  *   threads N    N threads allocating, launching, copying, freeing
  *   stop         stop them; reports iterations and errors
@@ -68,6 +69,7 @@ static struct {
     PFN_cuMemGetInfo_v3020 info;
     PFN_cuMemAllocManaged_v6000 alloc_managed;
     PFN_cuCtxSynchronize_v2000 sync;
+    PFN_cuCtxGetLimit_v3010 get_limit;
 } cu;
 
 static void die(const char *what, CUresult r)
@@ -113,6 +115,7 @@ static void load_api(void)
     GET(info, "cuMemGetInfo", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(alloc_managed, "cuMemAllocManaged", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(sync, "cuCtxSynchronize", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(get_limit, "cuCtxGetLimit", CU_GET_PROC_ADDRESS_DEFAULT);
 #undef GET
 }
 #else
@@ -132,6 +135,7 @@ static void load_api(void)
     cu.info = cuMemGetInfo;
     cu.alloc_managed = cuMemAllocManaged;
     cu.sync = cuCtxSynchronize;
+    cu.get_limit = cuCtxGetLimit;
 }
 #endif
 
@@ -235,8 +239,10 @@ static void cmd_info(void)
     CUdeviceptr pitched = 0;
     CHECK(cu.alloc_pitch(&pitched, &pitch, 1000, 10, 4), "cuMemAllocPitch");
     CHECK(cu.free(pitched), "cuMemFree (pitched)");
-    printf("],\"free\":%zu,\"total\":%zu,\"pitch\":%zu,\"pitched\":\"0x%llx\"}\n", free_b, total_b, pitch,
-           (unsigned long long)pitched);
+    size_t stack = 0;
+    CHECK(cu.get_limit(&stack, CU_LIMIT_STACK_SIZE), "cuCtxGetLimit");
+    printf("],\"free\":%zu,\"total\":%zu,\"pitch\":%zu,\"pitched\":\"0x%llx\",\"stack\":%zu}\n", free_b, total_b,
+           pitch, (unsigned long long)pitched, stack);
     fflush(stdout);
 }
 

@@ -448,25 +448,27 @@ void fake_ckpt_wait(void)
 
 #define COPY_PAGE 4096ul
 
-/* Word w of page i of the copy: a pattern on one page in four, else zero. */
-static uint64_t copy_word(size_t i, size_t w)
+/* Word w of page i of the copy: a pattern on one page in four of the
+ * first `patterned` pages, else zero (the rest are the contexts' stacks). */
+static uint64_t copy_word(size_t i, size_t w, size_t patterned)
 {
-    return i % 4 ? 0 : ((uint64_t)i << 20 | w) + 1;
+    return i % 4 || i >= patterned ? 0 : ((uint64_t)i << 20 | w) + 1;
 }
 
-static void copy_fill(uint64_t *p, size_t pages)
+/* Every page written, as the driver writes its copy: zeros are resident. */
+static void copy_fill(uint64_t *p, size_t pages, size_t patterned)
 {
     for (size_t i = 0; i < pages; i++)
         for (size_t w = 0; w < COPY_PAGE / 8; w++)
-            p[i * (COPY_PAGE / 8) + w] = copy_word(i, w);
+            p[i * (COPY_PAGE / 8) + w] = copy_word(i, w, patterned);
 }
 
 /* The first page that differs from the pattern, or pages. */
-static size_t copy_check(const uint64_t *p, size_t pages)
+static size_t copy_check(const uint64_t *p, size_t pages, size_t patterned)
 {
     for (size_t i = 0; i < pages; i++)
         for (size_t w = 0; w < COPY_PAGE / 8; w++)
-            if (p[i * (COPY_PAGE / 8) + w] != copy_word(i, w))
+            if (p[i * (COPY_PAGE / 8) + w] != copy_word(i, w, patterned))
                 return i;
     return pages;
 }
@@ -475,7 +477,8 @@ static void *copier(void *arg)
 {
     (void)arg;
     const char *dir = fake_config()->ckpt_dir;
-    size_t len = (size_t)fake_config()->driver_copy_mb << 20, pages = len / COPY_PAGE;
+    const size_t patterned = ((size_t)fake_config()->driver_copy_mb << 20) / COPY_PAGE;
+    size_t len = 0, pages = 0;
     char state[sizeof(fake_config()->ckpt_dir) + 32], copied[sizeof(state)];
     if (state_path(state, sizeof(state), dir, own_pid(), "", "") != 0 ||
         state_path(copied, sizeof(copied), dir, own_pid(), "", ".copied") != 0)
@@ -486,17 +489,20 @@ static void *copier(void *arg)
         CUprocessState st;
         if (read_state(state, &st) == 0) {
             if (st == CU_PROCESS_STATE_CHECKPOINTED && !copy) {
+                /* The stacks are read as the checkpoint is taken: after the shim lowered them. */
+                pages = patterned + (fake_ctx_stack_bytes() + COPY_PAGE - 1) / COPY_PAGE;
+                len = pages * COPY_PAGE;
                 reserved = mmap(NULL, 8ul << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
                 void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
                 if (p != MAP_FAILED) {
                     copy = p;
-                    copy_fill(copy, pages);
+                    copy_fill(copy, pages, patterned);
                     int fd = open(copied, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
                     if (fd >= 0)
                         close(fd);
                 }
             } else if (st != CU_PROCESS_STATE_CHECKPOINTED && copy) {
-                size_t bad = copy_check(copy, pages);
+                size_t bad = copy_check(copy, pages, patterned);
                 if (bad < pages) {
                     fprintf(stderr, "fake-cuda: the driver's copy differs at page %zu of %zu\n", bad, pages);
                     _exit(70);

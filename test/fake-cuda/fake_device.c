@@ -18,6 +18,10 @@
 #include <string.h>
 
 #define CTX_STACK_MAX 128
+/* A real device's default stack limit; the threads are a scaled-down
+ * stand-in for the 270,336 an H200 holds (132 SMs of 2048). */
+#define FAKE_DEFAULT_STACK 1024
+#define FAKE_STACK_THREADS 8192
 /* What cuCtxGetApiVersion answers on current drivers. */
 #define FAKE_CTX_API_VERSION 3020
 
@@ -600,6 +604,76 @@ FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext arg, unsigned int *version)
     return r;
 }
 FAKE_LOCAL_ALIAS(cuCtxGetApiVersion)
+
+static size_t stack_limit(const struct fake_ctx *ctx)
+{
+    return ctx->stack_limit ? ctx->stack_limit : FAKE_DEFAULT_STACK;
+}
+
+uint64_t fake_ctx_stack_bytes(void)
+{
+    uint64_t bytes = 0;
+    fake_lock();
+    for (int d = 0; d < fake_config()->ndev; d++)
+        if (atomic_load(&dev_get(d)->prim_refs) > 0)
+            bytes += stack_limit(&dev_get(d)->primary) * FAKE_STACK_THREADS;
+    for (size_t i = 0; i < g_ctxs.n; i++) {
+        const struct fake_ctx *c = g_ctxs.v[i].data;
+        if (!atomic_load(&c->dead))
+            bytes += stack_limit(c) * FAKE_STACK_THREADS;
+    }
+    fake_unlock();
+    return bytes;
+}
+
+/* The stack limit is kept per context; the printf FIFO and the device
+ * heap answer the real defaults and take any size. */
+FAKE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    FAKE_ENTER();
+    if (!pvalue)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_ctx *ctx;
+    CUresult r = fake_ctx_current(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+        *pvalue = stack_limit(ctx);
+        return CUDA_SUCCESS;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+        *pvalue = 1u << 20;
+        return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        *pvalue = 8u << 20;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+FAKE_LOCAL_ALIAS(cuCtxGetLimit)
+
+FAKE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    FAKE_ENTER();
+    struct fake_ctx *ctx;
+    CUresult r = fake_ctx_current(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+        fake_lock();
+        ctx->stack_limit = value ? (value + 15) / 16 * 16 : 16;
+        fake_unlock();
+        return CUDA_SUCCESS;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+FAKE_LOCAL_ALIAS(cuCtxSetLimit)
 
 FAKE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 {

@@ -163,6 +163,7 @@ struct fake_ctx {
     unsigned flags;
     atomic_int dead;       /* created context destroyed */
     unsigned long long id;
+    size_t stack_limit;    /* CU_LIMIT_STACK_SIZE; 0 until set: FAKE_DEFAULT_STACK */
 };
 
 int fake_dev_valid(CUdevice dev);
@@ -177,6 +178,9 @@ void fake_dev_meminfo(int dev, uint64_t *free_bytes, uint64_t *total_bytes);
 CUresult fake_ctx_current(struct fake_ctx **out);
 /* The primary context object of a device (always exists, maybe inactive). */
 struct fake_ctx *fake_ctx_primary(int dev);
+/* The local memory every live context reserves for its stacks (the limit
+ * times FAKE_STACK_THREADS), which the driver's copy holds as zero pages. */
+uint64_t fake_ctx_stack_bytes(void);
 
 /* ---- classic memory (fake_mem.c) ----------------------------------------- */
 

@@ -73,6 +73,8 @@
     X(cuCtxSynchronize, 13000, , cuCtxSynchronize_v2)                          \
     X(cuCtxGetApiVersion, 3020, , cuCtxGetApiVersion)                          \
     X(cuCtxGetFlags, 7000, , cuCtxGetFlags)                                    \
+    X(cuCtxGetLimit, 3010, , cuCtxGetLimit)                                    \
+    X(cuCtxSetLimit, 3010, , cuCtxSetLimit)                                    \
     X(cuCtxGetId, 12000, , cuCtxGetId)                                         \
     /* classic memory */                                                       \
     X(cuMemGetInfo, 3020, , cuMemGetInfo_v2)                                   \
