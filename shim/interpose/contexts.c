@@ -49,7 +49,9 @@ static int sync_ctx(CUcontext ctx, CUresult *cu_err)
     return 0;
 }
 
-int gp_contexts_sync_all(int device_count, CUresult *cu_err)
+/* fn on every active primary context and every context the application
+ * made, until one fails; 0 or its error. */
+static int each_context(int device_count, int (*fn)(CUcontext, CUresult *), CUresult *cu_err)
 {
     for (int d = 0; d < device_count; d++) {
         unsigned int flags;
@@ -62,7 +64,7 @@ int gp_contexts_sync_all(int device_count, CUresult *cu_err)
             *cu_err = r;
             return -EIO;
         }
-        int err = sync_ctx(ctx, cu_err);
+        int err = fn(ctx, cu_err);
         GP_REAL(cuDevicePrimaryCtxRelease_v2)(d);
         if (err)
             return err;
@@ -70,9 +72,14 @@ int gp_contexts_sync_all(int device_count, CUresult *cu_err)
     pthread_mutex_lock(&lock);
     int err = 0;
     for (int i = 0; i < tracked_count && !err; i++)
-        err = sync_ctx(tracked[i], cu_err);
+        err = fn(tracked[i], cu_err);
     pthread_mutex_unlock(&lock);
     return err;
+}
+
+int gp_contexts_sync_all(int device_count, CUresult *cu_err)
+{
+    return each_context(device_count, sync_ctx, cu_err);
 }
 
 /* The driver's floor; the local memory per thread follows the limit. */
@@ -93,15 +100,17 @@ static int shrink_stack(CUcontext ctx, CUresult *cu_err)
             return 0; /* shrunk already, its own limit kept */
     if (kept_stack_count == (int)(sizeof(kept_stacks) / sizeof(kept_stacks[0])))
         return 0;
-    CUresult r = GP_CALL(cuCtxPushCurrent_v2, ctx);
+    /* Not GP_CALL: a failure here costs bytes, and must not become the
+     * reason a request gives for another failure. */
+    CUresult r = GP_REAL(cuCtxPushCurrent_v2)(ctx);
     if (r != CUDA_SUCCESS) {
         *cu_err = r;
         return -EIO;
     }
     size_t limit = 0;
-    r = GP_CALL(cuCtxGetLimit, &limit, CU_LIMIT_STACK_SIZE);
+    r = GP_REAL(cuCtxGetLimit)(&limit, CU_LIMIT_STACK_SIZE);
     if (r == CUDA_SUCCESS && limit > LEAST_STACK) {
-        r = GP_CALL(cuCtxSetLimit, CU_LIMIT_STACK_SIZE, LEAST_STACK);
+        r = GP_REAL(cuCtxSetLimit)(CU_LIMIT_STACK_SIZE, LEAST_STACK);
         if (r == CUDA_SUCCESS)
             kept_stacks[kept_stack_count++] = (struct kept_stack){ ctx, limit };
     }
@@ -118,28 +127,7 @@ int gp_contexts_shrink_stacks(int device_count, CUresult *cu_err)
 {
     if (!GP_HAS_REAL(cuCtxGetLimit) || !GP_HAS_REAL(cuCtxSetLimit))
         return 0;
-    for (int d = 0; d < device_count; d++) {
-        unsigned int flags;
-        int active = 0;
-        if (GP_REAL(cuDevicePrimaryCtxGetState)(d, &flags, &active) != CUDA_SUCCESS || !active)
-            continue;
-        CUcontext ctx;
-        CUresult r = GP_CALL(cuDevicePrimaryCtxRetain, &ctx, d);
-        if (r != CUDA_SUCCESS) {
-            *cu_err = r;
-            return -EIO;
-        }
-        int err = shrink_stack(ctx, cu_err);
-        GP_REAL(cuDevicePrimaryCtxRelease_v2)(d);
-        if (err)
-            return err;
-    }
-    pthread_mutex_lock(&lock);
-    int err = 0;
-    for (int i = 0; i < tracked_count && !err; i++)
-        err = shrink_stack(tracked[i], cu_err);
-    pthread_mutex_unlock(&lock);
-    return err;
+    return each_context(device_count, shrink_stack, cu_err);
 }
 
 int gp_contexts_restore_stacks(CUresult *cu_err)
@@ -152,10 +140,8 @@ int gp_contexts_restore_stacks(CUresult *cu_err)
             CUcontext popped;
             GP_REAL(cuCtxPopCurrent_v2)(&popped);
         }
-        if (r != CUDA_SUCCESS) {
-            *cu_err = r;
-            return -EIO;
-        }
+        if (r != CUDA_SUCCESS)
+            return gp_cu_errno(r, cu_err);
         kept_stack_count--;
     }
     return 0;

@@ -17,7 +17,8 @@ int gp_contexts_sync_all(int device_count, CUresult *cu_err);
  * instead of copied; the limits it had are kept. 0 or -EIO. */
 int gp_contexts_shrink_stacks(int device_count, CUresult *cu_err);
 /* The limits shrink_stacks kept, set again (a no-op when none are kept);
- * 0 or -EIO, in which case the rest stay kept for the next call. */
+ * 0, -ENOMEM (no room on the GPU) or -EIO, in which case the rest stay
+ * kept for the next call. */
 int gp_contexts_restore_stacks(CUresult *cu_err);
 /* Makes device's primary context current on the calling (control) thread,
  * retaining it once for the life of the process. */
