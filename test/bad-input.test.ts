@@ -346,6 +346,10 @@ describe('a command line that behaves', () => {
     expectOneLineError(box.cli(['run', '--', '/bin/true'], { GPUCKPT_CHUNK_SIZE: '32Q' }), /^gpuckpt: GPUCKPT_CHUNK_SIZE="32Q" must be a size/);
     expectOneLineError(box.cli(['ps'], { GPUCKPT_CUT_TIMEOUT: '0' }), /^gpuckpt: GPUCKPT_CUT_TIMEOUT="0" must be a number of seconds above 0$/);
     expectOneLineError(box.cli(['ps'], { GPUCKPT_ALLOW_IO_URING: 'yes' }), /must be 0 or 1$/);
+    // The shim reads only "keep": anything else would be taken silently as unset.
+    expectOneLineError(box.cli(['ps'], { GPUCKPT_STACKS: 'kept' }), /^gpuckpt: GPUCKPT_STACKS="kept" must be keep, or unset$/);
+    expectOneLineError(box.cli(['ps'], { GPUCKPT_DRIVER_ZEROS: '1' }), /^gpuckpt: GPUCKPT_DRIVER_ZEROS="1" must be keep, or unset$/);
+    expect(box.cli(['ps'], { GPUCKPT_STACKS: 'keep', GPUCKPT_DRIVER_ZEROS: 'keep' }).code).toBe(0);
     expect(box.cli(['ps'], { GPUCKPT_HOST_RETAIN: '0', GPUCKPT_NCCL_TIMEOUT: '2.5' }).code).toBe(0);
   });
 

@@ -5,7 +5,7 @@
  */
 import { GpuckptError } from './errors.js';
 
-type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle' | 'routes' | 'verbosity';
+type Kind = 'size' | 'address' | 'seconds' | 'flag' | 'level' | 'shuffle' | 'routes' | 'verbosity' | 'keep';
 
 /** Name, kind; the shim's (shim/interpose/config.h) and the controller's own. */
 const SETTINGS: [string, Kind][] = [
@@ -28,6 +28,8 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_BAR_ROUTES', 'routes'],
   ['GPUCKPT_CRIU_VERBOSITY', 'verbosity'],
   ['GPUCKPT_HUGE_SCRATCH', 'flag'],
+  ['GPUCKPT_DRIVER_ZEROS', 'keep'],
+  ['GPUCKPT_STACKS', 'keep'],
 ];
 
 const VALID: Record<Kind, [RegExp, string]> = {
@@ -39,6 +41,7 @@ const VALID: Record<Kind, [RegExp, string]> = {
   shuffle: [/^(auto|off|2|4)$/, 'auto, off, 2 or 4 (byte planes of that element size in every frame)'],
   routes: [/^(mmap|vulkan)(,(mmap|vulkan))*$/, 'routes to try in order, of mmap and vulkan (example: vulkan,mmap)'],
   verbosity: [/^[0-4]$/, "a CRIU log level from 0 to 4 (CRIU's -v)"],
+  keep: [/^keep$/, 'keep, or unset'],
 };
 
 export function checkEnvironment(env: NodeJS.ProcessEnv = process.env): void {

@@ -91,7 +91,7 @@ static uint64_t run_again(struct gp_client *c)
     /* Set again at the remap; only a path that skipped it finds any kept. */
     CUresult cu = CUDA_SUCCESS;
     if (gp_contexts_restore_stacks(&cu))
-        GP_WARN("control", "a context's stack limit could not be set again (CUresult %d): kernels grow it as they need", (int)cu);
+        GP_WARN("control", "a context's stack limit could not be set again (CUresult %d): it stays at its least", (int)cu);
     uint64_t ns = gp_gate_open();
     let_go(c);
     suspension = RUNNING;
