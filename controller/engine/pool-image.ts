@@ -24,6 +24,7 @@ import { FORMAT_VERSION, ImageReader, ImageWriter, type AllocationRecord, type F
 import { commandLine } from '../adapters/processes.js';
 import { Progress } from '../base/progress.js';
 import { releaseStaging, ShimSession, type StagingMemory } from '../adapters/session.js';
+import { compressionStart, type CompressionStart } from './compression-start.js';
 import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece, type Placed } from './staging-plan.js';
 import { round, seconds } from '../base/units.js';
 import { DEFAULT_LEASE_MS, native, PoolState, type AllocEntry } from '../../native/index.js';
@@ -331,11 +332,6 @@ export async function writePoolImage(
   }
 }
 
-/** Frames compressed or being written at once while an incremental image's copy runs in the pause, or a suspend frees the GPU: two in five workers' worth. */
-function pauseCompressions(workers: number): number {
-  return Math.max(1, Math.round((workers * 2) / 5));
-}
-
 /** A parent and its digests (in its blocks: the child's digests are taken in the same blocks, so they compare). */
 interface ParentDigests {
   record: ParentRecord;
@@ -416,9 +412,10 @@ async function copyAndCompress(
   // Bounds compressed bytes waiting for the disk, and keeps every worker busy.
   const framesInFlight = 2 * codecs.size;
   const limiter = new Limiter(framesInFlight);
-  // Compression may have to wait for release() (see holdCompression).
+  // Compression may have to wait for the copy or release() (compressionStart).
   let allowCompression!: () => void;
   const compressionAllowed = new Promise<void>((r) => (allowCompression = r));
+  let start!: CompressionStart;
   const frames: FrameRecord[] = [];
   const compressions: Promise<void>[] = [];
   let firstFailure: unknown;
@@ -469,14 +466,7 @@ async function copyAndCompress(
     // Everything is in staging: the application may run again (or, for a
     // suspend, the GPU memory can go).
     holding = false;
-    // A whole-process checkpoint's image is what the command waits for
-    // last: its compression starts while the suspend frees the GPU, with
-    // two in five workers (PyTorch job, 2x H200: checkpoint 3.8-4.3 s ->
-    // 2.8 s, the GPU free 1.18 -> 1.24 s); every worker once it is free.
-    if ((opts.kind ?? 'gpu-only') === 'process' && !parent && !live && !ringMode && !snapshot) {
-      limiter.setLimit(pauseCompressions(codecs.size));
-      allowCompression();
-    }
+    if (start.at === 'copied') allowCompressionOn(start.workers);
     try {
       // With a parent, staging holds only the changes: never the pool.
       // A live copy's groups hold every byte, zeros too.
@@ -490,12 +480,8 @@ async function copyAndCompress(
       throw e;
     }
     pauseSeconds = snapshot?.pauseSeconds ?? (performance.now() - pauseStart) / 1000;
-    limiter.setLimit(framesInFlight); // every core compresses once the application runs
     storedAtPauseEnd = Number(writer.storedBytes);
-    // Otherwise not before release: on every core during a suspend's
-    // driver checkpoint, compression delayed the GPU being free (PyTorch
-    // job: 1.58 -> 1.82 s, 16 GiB: 1.71 -> 2.00 s, on 2x H200).
-    allowCompression();
+    allowCompressionOn(undefined); // every worker once the application runs
     await Promise.all(compressions);
     if (firstFailure) throw firstFailure;
   } finally {
@@ -525,24 +511,9 @@ async function copyAndCompress(
     ring = new StagingRing(staging.size);
     const totalBytes = pieces.reduce((s, p) => s + p.length, 0);
     ringMode = needed > staging.size;
-    // When staging holds everything, compression waits until the
-    // application runs again: the copy engines then have host memory
-    // bandwidth to themselves and the pause is as short as the DMA.
-    // (From a snapshot the application runs already.) With a parent the
-    // copy is short and its pace is staging's, prepared as it copies
-    // (16 GiB, 10 % changed: 1.7 GB in 0.21 s): compressing meanwhile
-    // starts the writes that bound the image's time that much earlier.
-    // Not when the release is a suspend's (a whole-process checkpoint):
-    // compression would then slow its driver checkpoint (see below).
-    const compressing = ringMode || !!snapshot || (!!parent && (opts.kind ?? 'gpu-only') === 'gpu-only');
-    if (compressing) allowCompression();
-    // Compressing during an incremental's pause leaves cores to the shim's
-    // threads that prepare staging for the copy: with all 31 workers
-    // (2x H200, 32 cores) its pause took 0.20-0.30 s, with 12 of them
-    // 0.15-0.17 s, and the image as long (0.62-0.67 s). A ring must free
-    // staging for the copy as fast as it can: never held back.
-    if (compressing && !ringMode && !snapshot) limiter.setLimit(pauseCompressions(codecs.size));
-    const batchBytes = compressing ? COMPRESSING_COPY_BYTES : Infinity;
+    start = startFor(false);
+    if (start.at === 'copy') allowCompressionOn(start.workers);
+    const batchBytes = start.at === 'copy' ? COMPRESSING_COPY_BYTES : Infinity;
     for (let i = 0; i < pieces.length; ) {
       // A batch never wraps over itself: its regions are held only once copied.
       const batch: { piece: Piece; offset: number }[] = [];
@@ -575,6 +546,8 @@ async function copyAndCompress(
   /** checkpoint --live: staging holds the pool already, but for what changed since its copy; that is copied now. */
   async function copyChanged(plan: LivePlan): Promise<void> {
     staging = live!.staging;
+    start = startFor(true);
+    if (start.at === 'copy') allowCompressionOn(start.workers);
     pieces = plan.frames.map((f) => f.piece);
     toWrite += pieces.reduce((s, p) => s + p.length, 0);
     for (const request of plan.copies) {
@@ -589,6 +562,16 @@ async function copyAndCompress(
           firstFailure ??= e;
         }),
       );
+  }
+
+  function startFor(isLive: boolean): CompressionStart {
+    return compressionStart({ kind: opts.kind ?? 'gpu-only', ringMode, snapshot: !!snapshot, parent: !!parent, live: isLive }, codecs.size);
+  }
+
+  /** Compression may start, on that many frames at once (undefined: every worker's share). */
+  function allowCompressionOn(workers: number | undefined): void {
+    limiter.setLimit(workers ?? framesInFlight);
+    allowCompression();
   }
 
   async function compressAndWrite(piece: Piece, stagingOffset: number): Promise<void> {
