@@ -27,8 +27,12 @@ const noTempDirs = () => expect(readdirSync(box.dir).filter((n) => n.includes('g
  * controller (GPUCKPT_TEST_DRIVER_FAULT, the switch GPU hosts use too).
  */
 async function start(fault?: { fn: string; nth: number }) {
+  return startWith(fault, {});
+}
+
+async function startWith(fault: { fn: string; nth: number } | undefined, extra: Record<string, string>) {
   const failAt: Record<string, string> = fault ? { ...FAULTS_SHIM, GPUCKPT_TEST_DRIVER_FAULT: `${fault.fn}:${fault.nth}` } : {};
-  const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', ...failAt } });
+  const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', ...failAt, ...extra } });
   return { app, R: ready.buffers as BufferState[] };
 }
 
@@ -172,6 +176,26 @@ describe('restore: each step failing', () => {
     failsInOneLine(cli(['resume', String(app.pid)]), /stays suspended/);
     expect(psRow(app.pid)?.poolState).toBe('suspended');
     expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    await runsWith(app, R);
+  });
+
+  it("stack limit not lowered (the suspend's cuCtxSetLimit fails): the suspend goes on, the driver's copy holds the stacks whole", async () => {
+    const { app, R } = await startWith({ fn: 'cuCtxSetLimit', nth: 1 }, { FAKE_CUDA_DRIVER_COPY_MB: '24' });
+    const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
+    // 18 MiB of the fake's copy are zeros, and so are its 1024-byte stacks for 8192 threads.
+    expect(s.driverZeroBytes).toBe((18 << 20) + 1024 * 8192);
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect((await app.command('info')).stack).toBe(1024);
+    await runsWith(app, R);
+  });
+
+  it('stack limit not set again (the resume\'s cuCtxSetLimit fails): the process stays suspended, and the next resume brings it back', async () => {
+    const { app, R } = await start({ fn: 'cuCtxSetLimit', nth: 2 });
+    expect(cli(['suspend', String(app.pid)]).code).toBe(0);
+    failsInOneLine(cli(['resume', String(app.pid)]), /map the pool again failed: the CUDA driver reported an error: cuCtxSetLimit returned CUDA_ERROR_UNKNOWN \(999\): process \d+ stays suspended$/m);
+    expect(psRow(app.pid)?.poolState).toBe('suspended');
+    expect(cli(['resume', String(app.pid)]).code).toBe(0);
+    expect((await app.command('info')).stack).toBe(1024);
     await runsWith(app, R);
   });
 

@@ -15,10 +15,11 @@
 
 /* The entry points the shim calls while serving the controller: the
  * quiesce (context and stream synchronise), the copies out and in (and
- * their batches, below), the pool's release and remapping, and a
- * migrate's peer hold (imports). */
+ * their batches, below), the pool's release and remapping, the contexts'
+ * stack limits lowered and set again, and a migrate's peer hold (imports). */
 #define GP_FAULTABLE(X)                                                                                              \
     X(cuCtxSynchronize, (void), ())                                                                                  \
+    X(cuCtxSetLimit, (CUlimit limit, size_t value), (limit, value))                                                  \
     X(cuStreamSynchronize, (CUstream s), (s))                                                                        \
     X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))                    \
     X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s), (dst, src, n, s))              \

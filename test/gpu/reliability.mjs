@@ -283,6 +283,16 @@ export async function runReliability(h) {
   await failedResume('driver-restore', { cli: { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessRestore:1' }, pattern: /stays suspended/ });
   await failedResume('pool-map', { shim: 'cuMemCreate:1', pattern: /stays suspended/ });
   await failedResume('reload-after-suspend', { shim: 'cuMemcpyHtoDAsync_v2:1', pattern: /copy in failed/ });
+  // The second cuCtxSetLimit of the control thread sets back the limit the suspend lowered (one context).
+  await failedResume('stack-set-back', { shim: 'cuCtxSetLimit:2', pattern: /cuCtxSetLimit returned .*stays suspended/ });
+
+  await test('faults/stack-lower', async () => {
+    const { app, R, pid } = await start('faults/stack-lower', 'cuCtxSetLimit:1');
+    await ok(['suspend', pid]);
+    await ok(['resume', pid]);
+    await runsWith(app, R, 'after a suspend whose stack limit could not be lowered');
+    return "the suspend's cuCtxSetLimit failed: suspend and resume went on, the driver's copy holding the stacks whole; the process runs with its data";
+  });
 
   await test('faults/gate-reopen-after-suspend', async () => {
     const { app, R, pid } = await start('faults/gate-reopen-after-suspend');
