@@ -26,11 +26,7 @@ const noTempDirs = () => expect(readdirSync(box.dir).filter((n) => n.includes('g
  * An application whose shim fails the nth call of fn it makes for the
  * controller (GPUCKPT_TEST_DRIVER_FAULT, the switch GPU hosts use too).
  */
-async function start(fault?: { fn: string; nth: number }) {
-  return startWith(fault, {});
-}
-
-async function startWith(fault: { fn: string; nth: number } | undefined, extra: Record<string, string>) {
+async function start(fault?: { fn: string; nth: number }, extra: Record<string, string> = {}) {
   const failAt: Record<string, string> = fault ? { ...FAULTS_SHIM, GPUCKPT_TEST_DRIVER_FAULT: `${fault.fn}:${fault.nth}` } : {};
   const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', ...failAt, ...extra } });
   return { app, R: ready.buffers as BufferState[] };
@@ -180,7 +176,7 @@ describe('restore: each step failing', () => {
   });
 
   it("stack limit not lowered (the suspend's cuCtxSetLimit fails): the suspend goes on, the driver's copy holds the stacks whole", async () => {
-    const { app, R } = await startWith({ fn: 'cuCtxSetLimit', nth: 1 }, { FAKE_CUDA_DRIVER_COPY_MB: '24' });
+    const { app, R } = await start({ fn: 'cuCtxSetLimit', nth: 1 }, { FAKE_CUDA_DRIVER_COPY_MB: '24' });
     const s = json<any>(cli(['suspend', String(app.pid), '--json']).stdout);
     // 18 MiB of the fake's copy are zeros, and so are its 1024-byte stacks for 8192 threads.
     expect(s.driverZeroBytes).toBe((18 << 20) + 1024 * 8192);

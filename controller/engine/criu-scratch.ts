@@ -7,11 +7,10 @@
  *
  * Huge pages on request only: 31 threads filled 0.78 GB in 0.2 s on
  * /dev/shm and in 0.03 s with huge pages (2x H200,
- * test/gpu/probes/tmpfs_pages.c), and restores run one after another
- * there unpacked faster so; but on a 2-core machine a process's first
- * fill, more so on a host that had not just freed huge pages, was slower
- * than on /dev/shm (docs/ARCHITECTURE.md, "A scratch of huge pages"), and
- * a user's restore is such a fill. Not yet measured so on a GPU host.
+ * test/gpu/probes/tmpfs_pages.c), but a restore's frames unpacked only
+ * 0.03-0.06 s faster so and the restore itself no faster, a fresh host's
+ * first fill included; on a 2-core machine a process's first fill was
+ * slower than on /dev/shm (docs/ARCHITECTURE.md, "A scratch of huge pages").
  */
 import { mkdirSync, statfsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';

@@ -151,8 +151,7 @@ export async function restoreProcess(
     // processes run: the scratch, the loaders' staging and the first
     // loader's workers (and their mapping of its staging) go at once. One
     // after another they held the command 1.12 s for that job (2x H200).
-    const [first, ...rest] = loaders.splice(0);
-    await Promise.all([unpacked.cleanup(), ...rest.map((l) => l.close()), closeSharedFirst(codecs, first)]);
+    await Promise.all([unpacked.cleanup(), closeLoaders(loaders, codecs)]);
     const summary: ProcessRestoreSummary = {
       image: reader.path,
       pid: info.pid,
@@ -184,23 +183,27 @@ export async function restoreProcess(
     await scratch?.then((s) => s.cleanup(), () => undefined);
     await Promise.all((parents ?? []).map((p) => p.close()));
     await opening?.catch(() => undefined); // the loaders it opens are closed here too
-    const [first, ...rest] = loaders.splice(0);
-    await Promise.all([...rest.map((l) => l.close()), codecs ? closeSharedFirst(codecs, first) : first?.close()]);
+    await closeLoaders(loaders, codecs);
     await Promise.all(readers.map((r) => r.close()));
   }
 }
 
 /**
- * The workers the first loader shares, then that loader: its staging's
- * memfds closed after the workers' mapping of it is gone, so that the
- * unmap is no file's last reference. The kernel frees a memfd's pages at
- * its last reference, on that thread: the unmap had taken 0.83 s for the
- * PyTorch job's staging, where the memfds closed on several threads free
- * it in a fraction (releaseStaging).
+ * Every loader taken out of loaders and closed at once, but the first only
+ * after the workers it shares (codecs): its staging's memfds closed after
+ * the workers' mapping of it is gone, so that the unmap is no file's last
+ * reference. The kernel frees a memfd's pages at its last reference, on
+ * that thread: the unmap had taken 0.83 s for the PyTorch job's staging,
+ * where the memfds closed on several threads free it in a fraction
+ * (releaseStaging).
  */
-async function closeSharedFirst(codecs: CodecPool, first: PoolLoader | undefined): Promise<void> {
-  await codecs.close();
-  await first?.close();
+async function closeLoaders(loaders: PoolLoader[], codecs: CodecPool | undefined): Promise<void> {
+  const [first, ...rest] = loaders.splice(0);
+  const firstAfterCodecs = async () => {
+    await codecs?.close();
+    await first?.close();
+  };
+  await Promise.all([...rest.map((l) => l.close()), firstAfterCodecs()]);
 }
 
 /**
