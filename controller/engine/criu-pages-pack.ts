@@ -17,6 +17,7 @@ import { osErrorText } from '../image/os-error.js';
 import { PAGE_BYTES } from '../adapters/criu-memory.js';
 import { WRITEBACK_EVERY } from '../image/writer.js';
 import { native } from '../../native/index.js';
+import { log } from '../base/log.js';
 import { CodecPool, defaultWorkerCount } from './codec-pool.js';
 import { addRun } from './criu-zero-pages.js';
 import { FRAME_BYTES, PACKED, PACKED_INDEX, PAGES, PACKED_FORMAT, summaryOf, type PackedFile, type PagesSummary } from './criu-pages.js';
@@ -57,6 +58,9 @@ export class CriuPagesPacker {
   private failure: unknown;
   /** Set where the kernel or file system refuses sync_file_range: the final sync writes everything. */
   private noWriteback = false;
+  /** Frames handed out, and those of them not written yet: the trace's view of whether the workers kept up with CRIU. */
+  private framesLaunched = 0;
+  private framesPending = 0;
 
   constructor(
     private readonly dir: string,
@@ -87,9 +91,11 @@ export class CriuPagesPacker {
   async finish(): Promise<PagesSummary> {
     clearTimeout(this.timer);
     try {
+      const [behind, cut, t0] = [this.framesPending, this.framesLaunched, performance.now()];
       if (this.failure === undefined) this.scan(true);
       const files = [...this.files.values()];
       await this.settled();
+      log('debug', 'criu pages pack', `CRIU done: ${behind} frames in the workers and ${this.framesLaunched - cut} not cut yet, of ${this.framesLaunched}; written ${((performance.now() - t0) / 1000).toFixed(3)} s later (${this.codecs.size} workers)`);
       if (this.failure !== undefined) throw this.failure;
       for (const f of files) if (f.fd === undefined) f.fd = openSync(join(this.dir, f.name + PACKED), 'w', 0o600); // an empty file
       this.closeAll();
@@ -135,6 +141,8 @@ export class CriuPagesPacker {
   }
 
   private launch(f: FileState, offset: number, length: number): void {
+    this.framesLaunched++;
+    this.framesPending++;
     const compressed = this.limiter.run(() => this.codecs.compressFile(join(this.dir, f.name), offset, length, this.opts.level ?? 1));
     compressed.catch(() => undefined); // taken in order below
     f.tail = f.tail.then(async () => {
@@ -149,7 +157,7 @@ export class CriuPagesPacker {
       this.startWriteback(f);
     }).catch((e: unknown) => {
       this.failure ??= e;
-    });
+    }).finally(() => this.framesPending--);
   }
 
   /**
