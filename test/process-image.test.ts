@@ -48,8 +48,7 @@ describe('whole-process checkpoint', () => {
   it.each([
     ['a dump failing midway: the process resumes', 'failed', [], { FAKE_CRIU_FAIL: 'dump' }, 'criu dump of process PID failed: .*injected dump failure.*; process PID resumed'],
     ['a dump failing midway with --leave-running (the pool copied on its GPU): the process runs on', 'failed-left-running', ['--leave-running'], { FAKE_CRIU_FAIL: 'dump' }, 'criu dump of process PID failed: .*injected dump failure.*; process PID resumed'],
-    // The shim lets go of its staging while the driver checkpoints: the resume waits for that, then takes the holder's copy or the shim's.
-    ["the driver's checkpoint failing while the shim hands its staging over: the process resumes", 'driver-failed', [], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessCheckpoint:1' }, 'suspend failed, process PID resumed: driver checkpoint of process PID failed'],
+    ["the driver's checkpoint failing: the process resumes from the staging the shim holds", 'driver-failed', [], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessCheckpoint:1' }, 'suspend failed, process PID resumed: driver checkpoint of process PID failed'],
     ["the driver's checkpoint failing with --leave-running (the pool copied on its GPU): the process resumes from the copy", 'driver-failed-left-running', ['--leave-running'], { GPUCKPT_TEST_DRIVER_FAULT: 'cuCheckpointProcessCheckpoint:1' }, 'suspend failed, process PID resumed: driver checkpoint of process PID failed'],
   ])('%s with its data, and no image is left', async (_, name, extra, env, message) => {
     const { app, ready } = await start();

@@ -171,10 +171,9 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
      * The pool's GPU memory released, its data held at where (held: in the
      * staging memory or on other GPUs, described there; else an image),
      * then the driver's part: the GPU is free. stillRunning cleans up after
-     * a refusal. meanwhile: the shim's work that may run beside the
-     * driver's checkpoint, once the pool is released.
+     * a refusal.
      */
-    const freeGpu = async (where: string, held: 'staging' | 'peer' | undefined, stillRunning: () => void, meanwhile?: () => Promise<unknown>) => {
+    const freeGpu = async (where: string, held: 'staging' | 'peer' | undefined, stillRunning: () => void) => {
       const image = held ? undefined : where;
       try {
         await session.suspendPool(where, held);
@@ -184,19 +183,16 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
       times.released = performance.now();
       times.paused = session.firstPauseAt ?? times.released; // every route pauses before it gets here
       clock.mark('release');
-      const beside = meanwhile?.();
-      beside?.catch(() => undefined); // awaited below
-      await freezeOrResume(pid, image, clock, beside);
-      await beside;
+      await freezeOrResume(pid, image, clock);
       times.gpuFree = performance.now();
       // A migrate resumes at once: what CRIU would not dump costs it time.
       if (!opts.onto) times.driverZeroBytes = await dropDriverZeros(session, clock);
     };
 
     /** Staging (or memory on other GPUs) holds the whole pool: hand it to the shim, free the GPU. */
-    const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging', meanwhile?: () => Promise<unknown>) => {
+    const releaseHeld = async (layout: HeldLayout, held: 'staging' | 'peer' = 'staging') => {
       describeHeld(holdDir, layout, needs);
-      await freeGpu(holdDir, held, () => rmSync(holdDir, { recursive: true, force: true }), meanwhile);
+      await freeGpu(holdDir, held, () => rmSync(holdDir, { recursive: true, force: true }));
     };
 
     let whyNotOnGpu: string | undefined;
@@ -241,12 +237,8 @@ async function suspendHolding(pid: number, opts: SuspendOptions): Promise<Suspen
         held = true;
         const heldBytes = staged.groups.flat().reduce((s, p) => s + p.length, 0);
         const layout = { rawBytes: heldBytes + staged.zeroBytes, heldBytes, zeroFills: staged.zeroFills, devices: uuids, groups: staged.groups };
-        // Handed over while the driver checkpoints: the shim's unmap of a
-        // rank's 4.9 GB took 0.23-0.41 s, which CRIU's dump waited for.
-        let handing: Promise<boolean> | undefined;
-        const handOff = () => (handing = handOver(session, holdDir, { ...layout, halfMade: [image, ...opts.handOff!.halfMade] }, staged.staging, needs));
-        await releaseHeld(layout, 'staging', handedOff ? handOff : undefined);
-        if (handing) handedOff!(await handing);
+        await releaseHeld(layout);
+        handedOff?.(await handOver(session, holdDir, { ...layout, halfMade: [image, ...opts.handOff!.halfMade] }, staged.staging, needs));
       },
     );
     const imageDone = (written: CheckpointSummary) => {
@@ -384,16 +376,11 @@ async function dropDriverZeros(session: ShimSession, clock: PhaseClock): Promise
   }
 }
 
-/**
- * The driver's half of a suspend; if it fails, the process is brought back
- * from where its pool is held, once beside (the shim's work meanwhile) has
- * settled: the holder's copy, when the shim has let go of its own.
- */
-export async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock, beside?: Promise<unknown>): Promise<void> {
+/** The driver's half of a suspend; if it fails, the process is brought back from where its pool is held. */
+export async function freezeOrResume(pid: number, image?: string, clock?: PhaseClock): Promise<void> {
   try {
     await driverFreeze(pid, clock);
   } catch (e) {
-    await beside?.catch(() => undefined);
     const back = await resumeProcess(pid, { keepImage: true, image }).then(
       () => true,
       () => false,
