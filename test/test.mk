@@ -54,9 +54,9 @@ $(T)/test_bounce: test/c/test_bounce.c test/c/fake_driver.h shim/control/bounce.
 	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_bounce.c shim/control/bounce.c shim/control/prefault.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c \
 		-ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
-$(T)/test_staging: test/c/test_staging.c test/c/fake_driver.h shim/control/staging.c shim/control/staging.h native/common/page_drop.h shim/control/bounce.c shim/control/prefault.c shim/control/spare_memory.c shim/control/detached.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c $(T)/fake/libcuda.so.1
+$(T)/test_staging: test/c/test_staging.c test/c/fake_driver.h shim/control/staging.c shim/control/staging.h native/common/page_drop.h shim/control/bounce.c shim/control/prefault.c shim/control/spare_memory.c shim/control/detached.c shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c shim/interpose/gate.c $(T)/fake/libcuda.so.1
 	$(CC) $(TEST_CFLAGS) -Ishim/control -Ishim/interpose -o $@ test/c/test_staging.c shim/control/staging.c shim/control/bounce.c shim/control/prefault.c shim/control/spare_memory.c shim/control/detached.c \
-		shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c -ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
+		shim/interpose/log.c shim/interpose/config.c shim/interpose/driver_error.c shim/interpose/gate.c -ldl -pthread -Wl,-rpath,'$$ORIGIN/fake'
 
 $(T)/test_spare_memory: test/c/test_spare_memory.c shim/control/spare_memory.c shim/control/spare_memory.h shim/interpose/log.c shim/interpose/config.h
 	@mkdir -p $(dir $@)
