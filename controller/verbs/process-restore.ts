@@ -123,7 +123,8 @@ export async function restoreProcess(
     const criuSeconds = (performance.now() - t0) / 1000;
     clock.mark('criu');
     // CRIU has read the scratch: its pages are freed beside the resumes
-    // (0.22 s for the 2-rank DDP job's 2.6 GB, on libuv's pool).
+    // (0.22 s for the 2-rank DDP job's 2.6 GB, on libuv's pool). Whether
+    // that slows the NCCL rebuild: docs/ARCHITECTURE.md, Staging.
     const r0 = performance.now();
     const scratchRemoved = unpacked.cleanup().then(() => log('debug', 'restore', `CRIU's scratch removed in ${((performance.now() - r0) / 1000).toFixed(3)} s`));
     scratchRemoved.catch(() => undefined); // awaited below, or again in finally
@@ -190,7 +191,7 @@ export async function restoreProcess(
   }
 }
 
-/** Every loader taken out of loaders and closed at once, and the workers the first would take (ended once only). */
+/** Every loader taken out of loaders and closed at once, and the workers the first took over or was to take (a pool closes once). */
 async function closeLoaders(loaders: PoolLoader[], codecs: CodecPool | undefined): Promise<void> {
   await Promise.all([...loaders.splice(0).map((l) => l.close()), codecs?.close()]);
 }
