@@ -34,6 +34,7 @@ import { writerTestHooks } from '../controller/image/writer.js';
 import { syncTree } from '../controller/image/durable.js';
 import { native } from '../native/index.js';
 import { encodeBySpec } from './helpers/manifest-bytes.js';
+import { pseudoRandom } from './helpers/pseudo-random.js';
 
 const KiB = 1024n;
 const MiB = 1024n * KiB;
@@ -53,21 +54,6 @@ afterEach(async () => {
   delete writerTestHooks.startWriteback;
   await rm(root, { recursive: true, force: true });
 });
-
-/** Deterministic pseudo-random bytes (xorshift32): tests must not depend on luck. */
-function pseudoRandom(length: number, seed: number): Buffer {
-  const out = Buffer.alloc(length);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 function baseManifest(allocations: AllocationRecord[], frames: FrameRecord[], storedBytes: bigint, deviceCount = 2): Manifest {
   return {

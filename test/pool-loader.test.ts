@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pseudoRandom } from './helpers/pseudo-random.js';
 
 const dist = (m: string) => import(new URL(`../dist/controller/${m}.js`, import.meta.url).href);
 const { PoolLoader } = await dist('engine/pool-loader');
@@ -23,20 +24,6 @@ const GiB = 1024n * 1024n * 1024n;
 const BASE = 0x600000000000n;
 const FRAME = 256 * 1024;
 
-/** Deterministic bytes that do not compress away. */
-function bytes(length: number, seed: number): Buffer {
-  const out = Buffer.alloc(length);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 /** An image of two allocations on device 0; the data each address holds. */
 async function makeImage(path: string): Promise<Map<bigint, Buffer>> {
@@ -48,7 +35,7 @@ async function makeImage(path: string): Promise<Map<bigint, Buffer>> {
   const frames = [];
   const data = new Map<bigint, Buffer>();
   for (const [i, a] of allocs.entries()) {
-    const all = bytes(Number(a.size), i + 7);
+    const all = pseudoRandom(Number(a.size), i + 7);
     for (let at = 0; at < all.length; at += FRAME) {
       const piece = all.subarray(at, Math.min(at + FRAME, all.length));
       const compressed = compressFrame(piece);
