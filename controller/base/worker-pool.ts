@@ -29,24 +29,24 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
   private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
 
-  /** what: the pool's name in its errors ("codec": "codec worker failed: ..."). */
-  constructor(script: URL, count: number, private readonly what: string, workerData?: unknown) {
+  /**
+   * what: the pool's name in its errors ("codec": "codec worker failed: ...").
+   * size: the workers it starts, still its size once they have ended (a
+   * pool that replaces it starts as many).
+   */
+  constructor(script: URL, readonly size: number, private readonly what: string, workerData?: unknown) {
     const t0 = performance.now();
     let online = 0;
     const started = () => {
-      if (++online === count) log('debug', what, `${count} workers started in ${((performance.now() - t0) / 1000).toFixed(3)} s`);
+      if (++online === size) log('debug', what, `${size} workers started in ${((performance.now() - t0) / 1000).toFixed(3)} s`);
     };
-    for (let i = 0; i < count; i++) {
+    for (let i = 0; i < size; i++) {
       const worker = new Worker(script, { workerData });
       if (logEnabled('debug')) worker.once('online', started);
       worker.on('message', (r: Reply) => this.settle(r));
       worker.on('error', (e) => this.failAll(e));
       this.slots.push({ worker, busy: 0 });
     }
-  }
-
-  get size(): number {
-    return this.slots.length;
   }
 
   /** Idle workers that keep no process alive (unref), or that do again (ref). */

@@ -50,8 +50,6 @@ export class PoolLoader {
     private readonly chain: ImageReader[],
     private staging: StagingMemory,
     private codecs: CodecPool,
-    /** How many codecs had: once ended, a pool has none to count. */
-    private readonly workers: number,
     private readonly groups: PlacedSource[][],
     /** True when every frame is decompressed into staging before the copies. */
     readonly fits: boolean,
@@ -84,7 +82,7 @@ export class PoolLoader {
       clock.mark('workers');
       const fits = packedBytes(sources) <= staging.size;
       const groups = fits ? packAll(sources) : batches(sources, staging.size);
-      const loader = new PoolLoader(chain, staging, codecs, codecs.size, groups, fits, new Progress(opts.progress), zeroFills, clock);
+      const loader = new PoolLoader(chain, staging, codecs, groups, fits, new Progress(opts.progress), zeroFills, clock);
       loader.startLoading();
       return loader;
     } catch (e) {
@@ -135,7 +133,7 @@ export class PoolLoader {
       const theirs = await session.mapStaging(this.staging.size, 'shared', false);
       closeStaging(this.staging);
       this.staging = theirs;
-      if (this.fits) this.codecs = new CodecPool(this.workers); // those ended once loaded
+      if (this.fits) this.codecs = new CodecPool(this.codecs.size); // as many as those ended once loaded
       await this.codecs.mapStaging(theirs);
       // Checked frames are decompressed batch by batch during copyIn(); loaded ones go in again.
       if (this.fits) this.startLoading();
