@@ -393,7 +393,14 @@ export async function freezeOrResume(pid: number, image?: string, clock?: PhaseC
 
 export async function resumeProcess(
   pid: number,
-  opts: LoaderOptions & { device?: string; keepImage?: boolean; image?: string; loader?: PoolLoader } = {},
+  opts: LoaderOptions & {
+    device?: string;
+    keepImage?: boolean;
+    image?: string;
+    loader?: PoolLoader;
+    /** The connection stays open until this settles: the shim lets go of the staging it was given only when it closes. */
+    holdUntil?: Promise<unknown>;
+  } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
   const clock = new PhaseClock(`resume ${pid}`);
@@ -496,7 +503,8 @@ export async function resumeProcess(
       phases: clock.phases,
     };
   } finally {
-    session.close();
+    if (opts.holdUntil) void opts.holdUntil.finally(() => session.close()).catch(() => undefined);
+    else session.close();
     if (kept) closeStaging(kept); // the shim has its own fds of it
     await loader?.close();
     await reader?.close();

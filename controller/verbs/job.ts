@@ -10,6 +10,7 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { Latch } from '../base/latch.js';
 import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
 import { JobCut } from '../engine/collective-cut.js';
@@ -138,31 +139,38 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
   const down = ranks.some((r) => r.status.comms.some((c) => c.flags & CommFlag.DOWN));
   const waiting = ranks.some((r) => r.status.flags & NcclFlag.HELD);
   if (!toResume.length && !down && !waiting) throw new GpuckptError('NOT_SUSPENDED', `the job of process ${pid} is not suspended`);
-  const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false })));
-  const failed = results.findIndex((r) => r.status === 'rejected');
-  if (failed >= 0) {
-    const e = (results[failed] as PromiseRejectedResult).reason as Error;
-    throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `process ${toResume[failed]} of the job: ${e.message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`);
-  }
-  const resumed = results.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value);
-  const r0 = performance.now();
-  const cut = await JobCut.attach(members);
+  // A resume from an image lets go of its staging as its connection
+  // closes: after the rebuild, as in a restore (process-restore.ts).
+  const rebuilt = new Latch();
   try {
-    await cut?.rebuild();
-    await cut?.release();
-  } catch (e) {
-    throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the ranks wait, their communicators down: gpuckpt resume ${pid} makes them again`);
+    const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false, holdUntil: rebuilt.opened })));
+    const failed = results.findIndex((r) => r.status === 'rejected');
+    if (failed >= 0) {
+      const e = (results[failed] as PromiseRejectedResult).reason as Error;
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `process ${toResume[failed]} of the job: ${e.message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`);
+    }
+    const resumed = results.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value);
+    const r0 = performance.now();
+    const cut = await JobCut.attach(members);
+    try {
+      await cut?.rebuild();
+      await cut?.release();
+    } catch (e) {
+      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the ranks wait, their communicators down: gpuckpt resume ${pid} makes them again`);
+    } finally {
+      cut?.close();
+    }
+    return {
+      pid,
+      members,
+      communicators: cut?.comms.length ?? 0,
+      resumed,
+      rebuildSeconds: round((performance.now() - r0) / 1000, 4),
+      seconds: round((performance.now() - t0) / 1000),
+    };
   } finally {
-    cut?.close();
+    rebuilt.open();
   }
-  return {
-    pid,
-    members,
-    communicators: cut?.comms.length ?? 0,
-    resumed,
-    rebuildSeconds: round((performance.now() - r0) / 1000, 4),
-    seconds: round((performance.now() - t0) / 1000),
-  };
 }
 
 /**
