@@ -9,7 +9,8 @@
  * that the sync at CRIU's gate finds little left. On a failure the raw
  * files stay as CRIU wrote them, which restore takes as they are.
  */
-import { closeSync, openSync, readdirSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { Limiter } from '../base/limiter.js';
@@ -101,7 +102,11 @@ export class CriuPagesPacker {
       this.closeAll();
       const index = files.map(({ name, rawBytes, frames, zeroPages }) => ({ name, rawBytes, frames, zeroPages }));
       writeFileSync(join(this.dir, PACKED_INDEX), JSON.stringify({ format: PACKED_FORMAT, frameBytes: FRAME_BYTES, files: index }), { mode: 0o600 });
-      for (const f of files) unlinkSync(join(this.dir, f.name));
+      // Each unlink frees its file's page cache on the thread that makes it:
+      // at once, a 2-rank job's 17 files (2.6 GB) went in 0.06-0.07 s (2x H200).
+      const u0 = performance.now();
+      await Promise.all(files.map((f) => unlink(join(this.dir, f.name))));
+      log('debug', 'criu pages pack', `${files.length} raw files removed in ${((performance.now() - u0) / 1000).toFixed(3)} s`);
       return summaryOf(index, this.t0);
     } catch (e) {
       this.removePacked();
