@@ -146,16 +146,16 @@ describe('CRIU pages', () => {
     const codecs = new CodecPool(2);
     try {
       const spent = await codecs.decompressToFile(join(dir, 'pages-1.img.zst'), 0, big.frames[0], out, 0, index.frameBytes, 'frame 0');
-      expect(spent).toEqual({ thread: expect.any(Number), read: expect.any(Number), decompress: expect.any(Number), write: expect.any(Number) });
+      expect(spent).toEqual({ thread: expect.any(Number), steps: { read: expect.any(Number), 'decompress and check': expect.any(Number), write: expect.any(Number) } });
       expect(spent.thread).toBeGreaterThan(0); // a worker's, not the main thread's
     } finally {
       await codecs.close();
     }
     const line = describeSpent(
       [
-        { thread: 1, read: 100, decompress: 200, write: 300 },
-        { thread: 2, read: 10, decompress: 20, write: 30 },
-        { thread: 1, read: 1, decompress: 2, write: 3 },
+        { thread: 1, steps: { read: 100, 'decompress and check': 200, write: 300 } },
+        { thread: 2, steps: { read: 10, 'decompress and check': 20, write: 30 } },
+        { thread: 1, steps: { read: 1, 'decompress and check': 2, write: 3 } },
       ],
       900,
     );

@@ -89,6 +89,17 @@ describe('suspend and resume', () => {
     expect(cli(['resume', String(app.pid)]).stderr).toBe('');
   });
 
+  it("GPUCKPT_LOG=debug: a pool image's trace says where its frames' time went, in the workers and in the writes", async () => {
+    const { app } = await start();
+    const c = cli(['checkpoint', String(app.pid), '--gpu-only', '-o', box.path('traced'), '--workers', '2'], { GPUCKPT_LOG: 'debug' });
+    expect(c.code).toBe(0);
+    const line = c.stderr.split('\n').find((l) => / pool image \d+: \d+ frames on /.test(l));
+    expect(line).toMatch(/: (\d+) frames on [12] workers in \d+\.\d{3} s: choose planes \d+\.\d{3} s, compress \d+\.\d{3} s in all; each worker busy \d+\.\d{3}-\d+\.\d{3} s; their writes \d+\.\d{3} s in all, on libuv's threads$/);
+    const frames = json<any>(cli(['inspect', box.path('traced'), '--json']).stdout).data.frames.length;
+    expect(Number(line!.match(/: (\d+) frames on/)![1])).toBe(frames);
+    expect(await app.quit()).toBe(0);
+  });
+
   it('leaves all-zero blocks on the GPU and zeroes them again at the resume, in memory or through an image', async () => {
     // The pool's memory after the resume is new from the driver: not zeros.
     const { app } = await start({ FAKE_CUDA_DIRTY_MEMORY: '1' });

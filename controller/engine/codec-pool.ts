@@ -27,23 +27,21 @@ export interface CodecReply {
   planes?: Planes;
   /** compressFile: the frame's runs of all-zero pages, [first, count, ...]. */
   zeroPages?: number[];
-  /** decompressToFile: where the worker's time went. */
+  /** compress, decompressToFile: where the worker's time went. */
   spent?: FrameSpent;
   error?: { code: string; message: string };
   /** Not run: the pool was closing. */
   cancelled?: boolean;
 }
 
-/** A frame's time in a worker (ms): reading its compressed bytes, decompressing and checking them, writing them out. */
+/** A frame's time in a worker (ms), step by step in the order they ran (unpacked: read, decompress and check, write). */
 export interface FrameSpent {
   thread: number;
-  read: number;
-  decompress: number;
-  write: number;
+  steps: Record<string, number>;
 }
 
 /**
- * Where frames' time went across the workers, for a trace: each phase
+ * Where frames' time went across the workers, for a trace: each step
  * summed, and the least and most a worker was busy, beside wallMs, the
  * time from queueing them to the last one's end. Workers busy far less
  * than wallMs waited (to start, or for their tasks); busy about as long,
@@ -51,16 +49,17 @@ export interface FrameSpent {
  */
 export function describeSpent(spent: FrameSpent[], wallMs: number): string {
   const busy = new Map<number, number>();
-  const sum = { read: 0, decompress: 0, write: 0 };
+  const sum = new Map<string, number>();
   for (const f of spent) {
-    sum.read += f.read;
-    sum.decompress += f.decompress;
-    sum.write += f.write;
-    busy.set(f.thread, (busy.get(f.thread) ?? 0) + f.read + f.decompress + f.write);
+    for (const [step, ms] of Object.entries(f.steps)) {
+      sum.set(step, (sum.get(step) ?? 0) + ms);
+      busy.set(f.thread, (busy.get(f.thread) ?? 0) + ms);
+    }
   }
   const s = (ms: number) => (ms / 1000).toFixed(3);
   const each = busy.size ? [...busy.values()] : [0];
-  return `${spent.length} frames on ${busy.size} workers in ${s(wallMs)} s: read ${s(sum.read)} s, decompress and check ${s(sum.decompress)} s, write ${s(sum.write)} s in all; each worker busy ${s(Math.min(...each))}-${s(Math.max(...each))} s`;
+  const steps = [...sum].map(([step, ms]) => `${step} ${s(ms)} s`).join(', ');
+  return `${spent.length} frames on ${busy.size} workers in ${s(wallMs)} s: ${steps} in all; each worker busy ${s(Math.min(...each))}-${s(Math.max(...each))} s`;
 }
 
 type DistributiveOmit<T, K extends keyof any> = T extends unknown ? Omit<T, K> : never;
@@ -120,11 +119,11 @@ export class CodecPool {
     if (old !== undefined) await native().unmapShared(old);
   }
 
-  /** A frame of staging [offset, offset+length), and the layout it chose (planes: GPUCKPT_SHUFFLE's mode). */
-  async compress(offset: number, length: number, level: number, planes: PlanesMode = 'off'): Promise<{ data: Uint8Array; planes: Planes }> {
+  /** A frame of staging [offset, offset+length), the layout it chose (planes: GPUCKPT_SHUFFLE's mode), and where the worker's time went. */
+  async compress(offset: number, length: number, level: number, planes: PlanesMode = 'off'): Promise<{ data: Uint8Array; planes: Planes; spent: FrameSpent }> {
     faultPoint('compress');
     const r = await this.pool.run({ op: 'compress', offset, length, level, planes });
-    return { data: new Uint8Array(r.data!), planes: r.planes ?? 0 };
+    return { data: new Uint8Array(r.data!), planes: r.planes ?? 0, spent: r.spent! };
   }
 
   /** Digests of the blocks of staging [offset, offset+length), as the shim's kernel computes them (8 bytes LE each). */

@@ -24,13 +24,16 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       staging = { base: task.base, size: task.size };
       return { reply: { id: task.id }, transfer: [] };
     case 'compress': {
+      const t0 = performance.now();
       const raw = stagingView(task.offset, task.length);
       const planes = task.planes === 'off' ? 0 : task.planes === 'auto' ? choosePlanes(raw, task.level) : task.planes;
+      const t1 = performance.now();
       const out = compressFrame(planes ? toPlanes(raw, planes, scratch(task.length)) : raw, task.level);
       // Own, transferable memory: zstd-napi may return a view into a shared pool.
       const copy = new Uint8Array(out.length);
       copy.set(out);
-      return { reply: { id: task.id, data: copy.buffer, planes }, transfer: [copy.buffer] };
+      const spent = { thread: threadId, steps: { 'choose planes': t1 - t0, compress: performance.now() - t1 } };
+      return { reply: { id: task.id, data: copy.buffer, planes, spent }, transfer: [copy.buffer] };
     }
     case 'decompress': {
       // Read here into the worker's own buffer, then straight into staging
@@ -70,7 +73,7 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       if (task.keep) refuseLeftOutNonZero(raw, task.keep, task.what);
       const t2 = performance.now();
       writeSparse(task.dst, task.dstOffset, raw, task.keep ?? [0, raw.length]);
-      const spent = { thread: threadId, read: t1 - t0, decompress: t2 - t1, write: performance.now() - t2 };
+      const spent = { thread: threadId, steps: { read: t1 - t0, 'decompress and check': t2 - t1, write: performance.now() - t2 } };
       return { reply: { id: task.id, spent }, transfer: [] };
     }
   }

@@ -9,8 +9,9 @@
  * pause then also covers that compression (reported, never hidden).
  */
 import { hostname } from 'node:os';
-import { CodecPool } from './codec-pool.js';
+import { CodecPool, describeSpent, type FrameSpent } from './codec-pool.js';
 import { GpuckptError } from '../base/errors.js';
+import { log, logEnabled } from '../base/log.js';
 import { Limiter } from '../base/limiter.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { loadDigestKernels, digestAllocations } from './block-digests.js';
@@ -422,6 +423,11 @@ async function copyAndCompress(
   let written = 0;
   let firstWriteAt: number | undefined;
   let storedAtPauseEnd = 0;
+  // For the trace: what bounds the frames, the workers or the writes.
+  const tracing = logEnabled('debug');
+  const spent: FrameSpent[] = [];
+  let appendMs = 0;
+  let firstCompressAt: number | undefined;
 
   const snapshot = opts.snapshot;
   const pauseStart = performance.now();
@@ -484,6 +490,8 @@ async function copyAndCompress(
     allowCompressionOn(undefined); // every worker once the application runs
     await Promise.all(compressions);
     if (firstFailure) throw firstFailure;
+    if (tracing && firstCompressAt !== undefined)
+      log('debug', `pool image ${session.pid}`, `${describeSpent(spent, performance.now() - firstCompressAt)}; their writes ${(appendMs / 1000).toFixed(3)} s in all, on libuv's threads`);
   } finally {
     if (holding) {
       // Let the application go whatever happened; then wait for workers
@@ -578,9 +586,15 @@ async function copyAndCompress(
     await compressionAllowed;
     await limiter.run(async () => {
       if (firstFailure) return; // a failed checkpoint writes nothing more
-      const { data, planes } = await codecs.compress(stagingOffset, piece.length, level, planesSetting);
+      firstCompressAt ??= performance.now();
+      const { data, planes, spent: frameSpent } = await codecs.compress(stagingOffset, piece.length, level, planesSetting);
+      const a0 = performance.now();
       const fileOffset = await writer.appendFrame(data);
       firstWriteAt ??= performance.now();
+      if (tracing) {
+        spent.push(frameSpent);
+        appendMs += performance.now() - a0;
+      }
       frames.push({ device: piece.device, addr: piece.addr, length: piece.length, offset: fileOffset, compressedLength: data.length, ...(planes ? { planes } : {}) });
       written += piece.length;
       progress.transfer('checkpoint: compressed and written', written, toWrite);
