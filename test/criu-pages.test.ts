@@ -439,6 +439,32 @@ describe('CRIU pages', () => {
     expect(() => describePacked(dir)).toThrow(/format/);
   });
 
+  it('a raw file that cannot be removed once packed stays beside its packed form, named; the restore takes the packed one', async () => {
+    const { dir, files } = criuDir('unlink-fails');
+    installFaultInjector({ failStep: (step: string) => (step === 'criu-pages-unlink' ? 'test' : undefined), failDriverCall: () => false });
+    const packer = new CriuPagesPacker(dir, { workers: 2 });
+    try {
+      expect(await packer.finish()).toMatchObject({ files: 2 });
+    } finally {
+      installFaultInjector({ failStep: () => undefined, failDriverCall: () => false });
+    }
+    expect(packer.rawLeft.sort()).toEqual([
+      "pages-1.img (injected fault at criu-pages-unlink (test))",
+      "pages-2.img (injected fault at criu-pages-unlink (test))",
+    ]);
+    expect(readdirSync(dir).sort()).toEqual([PACKED_INDEX, ...Object.keys(files), 'pages-1.img.zst', 'pages-2.img.zst'].sort());
+    // Damage in the raw file is not what the restore reads: the packed frames are.
+    writeFileSync(join(dir, 'pages-1.img'), Buffer.alloc(PAGE, 1));
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
+    try {
+      expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(files['pages-1.img'])).toBe(true);
+      expect(readFileSync(join(scratch.dir, 'pages-2.img')).equals(files['pages-2.img'])).toBe(true);
+      expect(readlinkSync(join(scratch.dir, 'core-1.img'))).toBe(join(dir, 'core-1.img'));
+    } finally {
+      await scratch.cleanup();
+    }
+  });
+
   it('a packing that fails leaves CRIU\'s files as they were', async () => {
     const { dir, files } = criuDir('pack-fails');
     installFaultInjector({ failStep: (step: string) => (step === 'compress' ? 'test' : undefined), failDriverCall: () => false });

@@ -384,6 +384,21 @@ describe("CRIU's pages", () => {
     expect(readdirSync(join(out, 'criu')).filter((n) => n.endsWith('.log') || n.endsWith('.pid') || n.startsWith('fake-criu-restore'))).toEqual(['dump.log']); // a restore writes nothing into the image
   });
 
+  it('a raw file that cannot be removed once packed: a note says so, the image verifies, and CRIU gets back the memory it dumped', async () => {
+    const { app } = await start();
+    const out = box.path('pages-left');
+    const r = cli(['checkpoint', String(app.pid), '-o', out, '--json'], { GPUCKPT_TEST_FAULT: 'criu-pages-unlink' });
+    expect(r.stderr).toBe('');
+    expect(json(r.stdout).notes).toContainEqual(expect.stringMatching(/^CRIU's raw page file pages-1\.img \(injected fault at criu-pages-unlink .*\) could not be removed: the image keeps it beside its packed form$/));
+    app.child.kill('SIGKILL');
+    while (app.child.exitCode === null && app.child.signalCode === null) await new Promise((res) => setTimeout(res, 20));
+    expect(criuFiles(out)).toEqual(['gpuckpt-pages.json', 'pages-1.img', 'pages-1.img.zst']);
+    expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true });
+    // The fake CRIU checks the memory its images give back against what it dumped, before its injected failure.
+    const restore = cli(['restore', out, '--detach'], { FAKE_CRIU_FAIL: 'restore' });
+    expect(restore.stderr).toMatch(/^gpuckpt: criu restore of .* failed: .*injected restore failure/);
+  });
+
   it('a damaged one: inspect names it, restore refuses before CRIU runs', async () => {
     const { out } = await imageOfEnded('pages-damaged');
     const path = join(out, 'criu', 'pages-1.img.zst');

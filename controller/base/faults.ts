@@ -16,9 +16,10 @@ import { GpuckptError } from './errors.js';
  * application go (rollback and resume); copy-back: checkpoint
  * --leave-running fails to copy the pool back in from its copy on the GPU;
  * rebuild: a job's communicator is made again on its first rank only, as
- * if the controller died between ranks.
+ * if the controller died between ranks; criu-pages-unlink: a raw page file
+ * of CRIU's cannot be removed once packed.
  */
-export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'gpu-checks' | 'reopen' | 'copy-back' | 'rebuild';
+export type FaultStep = 'compress' | 'image-write' | 'criu-sync' | 'image-read' | 'gpu-checks' | 'reopen' | 'copy-back' | 'rebuild' | 'criu-pages-unlink';
 
 export interface FaultInjector {
   /** Why this step fails now (named in the error), or undefined. */

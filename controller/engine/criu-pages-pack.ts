@@ -13,6 +13,7 @@ import { closeSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writ
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
+import { faultPoint } from '../base/faults.js';
 import { Limiter } from '../base/limiter.js';
 import { osErrorText } from '../image/os-error.js';
 import { PAGE_BYTES } from '../adapters/criu-memory.js';
@@ -62,6 +63,8 @@ export class CriuPagesPacker {
   /** Frames handed out, and those of them not written yet: the trace's view of whether the workers kept up with CRIU. */
   private framesLaunched = 0;
   private framesPending = 0;
+  /** Raw files finish() could not remove once packed, each with why: the image keeps them beside their packed form. */
+  readonly rawLeft: string[] = [];
 
   constructor(
     private readonly dir: string,
@@ -102,11 +105,9 @@ export class CriuPagesPacker {
       this.closeAll();
       const index = files.map(({ name, rawBytes, frames, zeroPages }) => ({ name, rawBytes, frames, zeroPages }));
       writeFileSync(join(this.dir, PACKED_INDEX), JSON.stringify({ format: PACKED_FORMAT, frameBytes: FRAME_BYTES, files: index }), { mode: 0o600 });
-      // Each unlink frees its file's page cache on the thread that makes it:
-      // at once, a 2-rank job's 17 files (2.6 GB) went in 0.06-0.07 s (2x H200).
-      const u0 = performance.now();
-      await Promise.all(files.map((f) => unlink(join(this.dir, f.name))));
-      log('debug', 'criu pages pack', `${files.length} raw files removed in ${((performance.now() - u0) / 1000).toFixed(3)} s`);
+      // The packed files are the image's from here on: some raw files may be
+      // gone, so a failure no longer falls back on them.
+      await this.removeRaw(files);
       return summaryOf(index, this.t0);
     } catch (e) {
       this.removePacked();
@@ -114,6 +115,24 @@ export class CriuPagesPacker {
     } finally {
       if (!this.opts.codecs) await this.codecs.close();
     }
+  }
+
+  /**
+   * CRIU's raw files, packed, removed at once: each unlink frees its file's
+   * page cache on the thread that makes it (a 2-rank job's 17 files, 2.6 GB,
+   * in 0.06-0.07 s on 2x H200). One that cannot go stays, in rawLeft: the
+   * unpacking passes by a raw file the index packs.
+   */
+  private async removeRaw(files: FileState[]): Promise<void> {
+    const u0 = performance.now();
+    const removed = await Promise.allSettled(
+      files.map(async (f) => {
+        faultPoint('criu-pages-unlink');
+        await unlink(join(this.dir, f.name));
+      }),
+    );
+    removed.forEach((r, i) => r.status === 'rejected' && this.rawLeft.push(`${files[i]!.name} (${osErrorText(r.reason)})`));
+    log('debug', 'criu pages pack', `${files.length - this.rawLeft.length} raw files removed in ${((performance.now() - u0) / 1000).toFixed(3)} s`);
   }
 
   /** Given up (the dump failed): nothing more is compressed; what was packed is removed, CRIU's files are left. */

@@ -194,7 +194,8 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     log('debug', 'criu pages unpack', `${index?.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0) ?? 0} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
   const { dir: scratch, remove: cleanup, huge } = await makeScratch(rawBytes - leftOutBytes, index?.files.length ?? 0, dirname(dir));
   try {
-    const packed = new Set(index?.files.map((f) => f.name + PACKED));
+    // A raw file the index packs is one the checkpoint could not remove: the packed one stands for it.
+    const packed = new Set(index?.files.flatMap((f) => [f.name + PACKED, f.name]));
     const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));
     for (const name of readdirSync(dir)) {
       if (name === PACKED_INDEX || packed.has(name) || WRITTEN_BY_RESTORE.has(name)) continue;

@@ -103,7 +103,9 @@ export async function checkpointProcess(
   const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
     if (!packer) return {};
     try {
-      return { criuPages: await packer.finish() };
+      const criuPages = await packer.finish();
+      for (const left of packer.rawLeft) notes.push(`CRIU's raw page file ${left} could not be removed: the image keeps it beside its packed form`);
+      return { criuPages };
     } catch (e) {
       notes.push(`CRIU's pages kept as CRIU wrote them: ${(e as Error).message}`);
       return {};
