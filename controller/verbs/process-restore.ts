@@ -138,7 +138,7 @@ export async function restoreProcess(
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `${(e as Error).message}; the restored process ${info.pid} was ended`, { exitStatus: EXIT_FAILURE });
     }
     clock.mark('load');
-    const { resumes, ncclFailure } = await resumeMembers(members, loaders, opts, info.nccl !== false, clock);
+    const { resumes, ncclFailure } = await resumeAndRebuild(members, loaders, opts, info.nccl !== false, clock);
     const [resume, ...others] = resumes as [ResumeSummary, ...ResumeSummary[]];
     clock.mark('nccl');
     if (ncclFailure) throw new GpuckptError('NCCL_FAILED', `the restored job of process ${info.pid}: ${ncclFailure}`);
@@ -191,7 +191,7 @@ export async function restoreProcess(
  * staging it was given (unpin, unmap) when it closes, and the rebuild
  * beside that took 0.40-0.47 s against 0.04-0.06 s after it (2x H200).
  */
-async function resumeMembers(
+async function resumeAndRebuild(
   members: number[],
   loaders: PoolLoader[],
   opts: { device?: string; progress?: boolean },
