@@ -286,15 +286,15 @@ struct gpck_copy_rep {
     uint64_t ns;
 };
 
-/* Block digests (the shim's PTX kernel, shim/control/block_digest.cu) of up
+/* Block digests (the shim's GPU kernel, shim/control/block_digest.cu) of up
  * to GPCK_MAX_DIGEST_RANGES ranges of one device, each 8-byte aligned and
  * inside one live allocation, while the sender holds the gate: for each
  * range in order, digests for [addr + i*block_size, min(addr + (i+1) *
  * block_size, addr + length)); 0 means all zeros. block_size: a multiple of
  * GPCK_MIN_DIGEST_BLOCK; at most GPCK_MAX_DIGESTS blocks in all. count 0
- * only loads the kernel (the driver compiles the PTX the first time), so
- * that this is not inside a pause; it needs no gate, only a process the
- * driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
+ * only loads the kernel, whole (CUDA's lazy loading would load it at its
+ * first launch), so that this is not inside a pause; it needs no gate,
+ * only a process the driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
  * not load or run the kernel. */
 #define GPCK_MAX_DIGESTS 16000u
 

@@ -1,6 +1,6 @@
 /**
  * Incremental images (checkpoint --parent) end to end on the fake driver,
- * whose digest "kernel" computes the shim's PTX kernel's function on the
+ * whose digest "kernel" computes the shim's GPU kernel's function on the
  * CPU: only changed blocks are stored, restore follows the chain bit for
  * bit, inspect shows it, and a broken chain is refused in one line before
  * the process is touched.

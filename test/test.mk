@@ -116,7 +116,7 @@ check: test-build
 	node protocol/generate.mjs --check
 	node scripts/check-layers.mjs
 	node shim/interpose/gen_gated.mjs --check
-	bash shim/control/gen_ptx.sh --check
+	bash shim/control/gen_fatbin.sh --check
 	$(T)/test_alloc
 	$(T)/test_gate
 	$(T)/test_cut

@@ -8,13 +8,13 @@
 #include "../interpose/driver_error.h"
 #include "../interpose/log.h"
 #include "../interpose/real_driver.h"
-#include "block_digest.ptx.h"
+#include "block_digest.fatbin.h"
 
-/* Loaded into each device's primary context on first use; it stays for the
- * life of the context, across driver checkpoints. A driver that refused it
- * (an older driver than the PTX's ISA, 9.0: R580) is not asked again, so a
- * checkpoint's pause never pays for a failing compile twice. Used from the
- * control thread only. */
+/* Loaded into each device's primary context on first use, before any
+ * pause (CUDA's lazy loading would load it at its first launch, inside
+ * one); it stays for the life of the context, across driver checkpoints. A
+ * driver that refused it (older than the cubins' CUDA 13: R580) is not
+ * asked again. Used from the control thread only. */
 static CUfunction kernels[GPCK_MAX_DEVICES];
 static bool refused[GPCK_MAX_DEVICES];
 /* Where the kernel writes its digests: GPCK_MAX_DIGESTS of them, allocated
@@ -37,9 +37,11 @@ int gp_block_digest_load(int device, CUresult *cu_err)
     if (err)
         return err;
     CUmodule module;
-    CUresult r = GP_CALL(cuModuleLoadData, &module, gp_block_digest_ptx);
+    CUresult r = GP_CALL(cuModuleLoadData, &module, gp_block_digest_fatbin);
     if (r == CUDA_SUCCESS) {
         r = GP_CALL(cuModuleGetFunction, &kernels[device], module, "gp_block_digest");
+        if (r == CUDA_SUCCESS && GP_HAS_REAL(cuFuncLoad))
+            r = GP_CALL(cuFuncLoad, kernels[device]);
         if (r != CUDA_SUCCESS && GP_HAS_REAL(cuModuleUnload))
             GP_REAL(cuModuleUnload)(module);
     }

@@ -1,8 +1,8 @@
 /* The one GPU kernel the shim ships: a 64-bit digest of every block of a
  * device range, read at HBM speed, so that a checkpoint moves only the
  * blocks that changed since its parent image (a digest of 0 also marks a
- * block all zeros). Shipped as PTX (block_digest.ptx.h, made by gen_ptx.sh) that the
- * driver compiles for whatever GPU the process runs on.
+ * block all zeros). Shipped as a fatbin (block_digest.fatbin.h, made by
+ * gen_fatbin.sh): machine code for each GPU major, and PTX for newer ones.
  *
  * The function (block_digest_fn.h) is a 64-bit sum of per-word terms: a
  * change of any word, or two words swapped, changes the digest but with

@@ -1,4 +1,4 @@
-/* Runs the shim's digest kernel (block_digest.cu, shipped as PTX) on
+/* Runs the shim's digest kernel (block_digest.cu, shipped as a fatbin) on
  * device ranges: one 64-bit digest per block, 0 for an all-zero block. */
 #ifndef GPUCKPT_BLOCK_DIGEST_H
 #define GPUCKPT_BLOCK_DIGEST_H
@@ -8,9 +8,9 @@
 #include "../interpose/cuda_api.h"
 #include "gpuckpt_protocol.h"
 
-/* Loads the kernel into device's primary context (once; the driver
- * compiles the PTX the first time). 0, or -ENOSYS when the driver will not
- * load it (remembered: later calls fail at once). */
+/* Loads the kernel into device's primary context, whole (once). 0, or
+ * -ENOSYS when the driver will not load it (remembered: later calls fail
+ * at once). */
 int gp_block_digest_load(int device, CUresult *cu_err);
 
 /* digests for count ranges of device (checked by the caller: aligned,

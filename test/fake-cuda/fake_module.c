@@ -1,14 +1,18 @@
 /* Modules, for the one kernel the shim ships (shim/control/block_digest.cu):
- * cuModuleLoadData accepts a PTX image that defines gp_block_digest and
- * nothing else this fake could run, and cuModuleGetFunction hands out a
- * host function computing the same digests on the CPU (device memory is
- * host memory here), so CI runs the shim's digest path end to end. */
+ * cuModuleLoadData accepts a fatbin (gen_fatbin.sh: compressed, so its
+ * symbols cannot be looked for) and nothing else, and cuModuleGetFunction
+ * hands out a host function computing the same digests on the CPU (device
+ * memory is host memory here), so CI runs the shim's digest path end to
+ * end. */
 #include "fake_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "block_digest_fn.h"
+
+/* The first word of a fatbin (fatbinary_section.h). */
+#define FATBIN_MAGIC 0xBA55ED50u
 
 struct fake_module {
     int has_digest;
@@ -41,7 +45,9 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
     FAKE_ENTER();
     if (!module || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!strstr((const char *)image, ".entry gp_block_digest"))
+    uint32_t magic;
+    memcpy(&magic, image, sizeof(magic));
+    if (magic != FATBIN_MAGIC)
         return CUDA_ERROR_INVALID_IMAGE;
     struct fake_module *m = calloc(1, sizeof(*m));
     if (!m)
@@ -67,3 +73,16 @@ FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const
     return CUDA_SUCCESS;
 }
 FAKE_LOCAL_ALIAS(cuModuleGetFunction)
+
+/* Loads nothing (the fake's kernel is a host function); the shim calls it
+ * so that a real driver's lazy loading happens before any pause. */
+FAKE_EXPORT CUresult cuFuncLoad(CUfunction function)
+{
+    FAKE_ENTER();
+    union {
+        void (*fn)(void **);
+        CUfunction f;
+    } u = { .fn = block_digest };
+    return function == u.f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+FAKE_LOCAL_ALIAS(cuFuncLoad)

@@ -157,6 +157,7 @@
     X(cuEventElapsedTime, 12080, , cuEventElapsedTime_v2)                      \
     X(cuModuleLoadData, 2000, , cuModuleLoadData)                              \
     X(cuModuleGetFunction, 2000, , cuModuleGetFunction)                        \
+    X(cuFuncLoad, 12040, , cuFuncLoad)                                         \
     X(cuLaunchKernel, 4000, , cuLaunchKernel)                                  \
     X(cuLaunchKernel, 7000, _ptsz, cuLaunchKernel_ptsz)                        \
     X(cuLaunchHostFunc, 10000, , cuLaunchHostFunc)                             \

@@ -1,5 +1,5 @@
 // Incremental images on a real GPU (part of npm run test:gpu): the digest
-// kernel the shim ships as PTX runs on the GPU, an image made with
+// kernel the shim ships (a fatbin) runs on the GPU, an image made with
 // --parent stores only the blocks that changed, and restore follows the
 // chain bit for bit.
 //   incremental          gpu-only: full image A, `touch 10` (the first 10 %
