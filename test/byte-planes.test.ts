@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
-import { choosePlanes, fromPlanes, toPlanes } from '../controller/image/byte-planes.js';
+import { choosePlanes, fromPlanes, PLANES_TUNING, toPlanes } from '../controller/image/byte-planes.js';
+import { compressFrame, decompressFrame } from '../controller/image/frame-codec.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 
 const box = new Sandbox();
@@ -46,6 +47,17 @@ describe('byte planes', () => {
     expect(choosePlanes(Buffer.alloc(1 << 20), 1)).toBe(0);
     expect(choosePlanes(weights(50_000, false), 1)).toBe(4); // smaller than the sample: the whole frame judged
     expect(choosePlanes(weights(1000, false), 1)).toBe(0); // too little for zstd to gain from planes
+  });
+
+  it('go into zstd with a small hash table: float planes come out smaller so, and whole', () => {
+    for (const [raw, size] of [[weights(1 << 20, false), 4], [weights(1 << 20, true), 2]] as const) {
+      const planes = toPlanes(raw, size, Buffer.alloc(raw.length));
+      const tuned = compressFrame(planes, 1, PLANES_TUNING);
+      expect(tuned.length).toBeLessThan(compressFrame(planes, 1).length);
+      const back = Buffer.alloc(raw.length);
+      fromPlanes(decompressFrame(tuned, raw.length, 'f'), size, back);
+      expect(back.equals(raw)).toBe(true);
+    }
   });
 
   it('round trip end to end: every frame as planes, restored bit for bit; a bad setting refused', async () => {

@@ -8,7 +8,7 @@ import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, threadId, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
 import { compressFrame, decompressFrame } from '../image/frame-codec.js';
-import { choosePlanes, fromPlanes, toPlanes } from '../image/byte-planes.js';
+import { choosePlanes, fromPlanes, PLANES_TUNING, toPlanes } from '../image/byte-planes.js';
 import { readFrameSource, readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
@@ -28,7 +28,7 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       const raw = stagingView(task.offset, task.length);
       const planes = task.planes === 'off' ? 0 : task.planes === 'auto' ? choosePlanes(raw, task.level) : task.planes;
       const t1 = performance.now();
-      const out = compressFrame(planes ? toPlanes(raw, planes, scratch(task.length)) : raw, task.level);
+      const out = planes ? compressFrame(toPlanes(raw, planes, scratch(task.length)), task.level, PLANES_TUNING) : compressFrame(raw, task.level);
       // Own, transferable memory: zstd-napi may return a view into a shared pool.
       const copy = new Uint8Array(out.length);
       copy.set(out);

@@ -6,10 +6,11 @@
  * content size, so decompression alone proves the bytes are what was saved:
  * restore must never write silently damaged memory into a GPU.
  *
- * Both directions keep one zstd context in module state. Module state is per
- * thread (each worker_thread loads its own copy of this module and of the
- * native addon's context objects), so this is safe in workers and avoids a
- * context allocation per frame.
+ * Both directions keep their zstd contexts in module state (compression: one
+ * per level and parameters in use). Module state is per thread (each
+ * worker_thread loads its own copy of this module and of the native addon's
+ * context objects), so this is safe in workers and avoids a context
+ * allocation per frame.
  */
 import { Compressor } from 'zstd-napi';
 import zstd from 'zstd-napi/binding.js';
@@ -20,16 +21,22 @@ const ZSTD_MAGIC = 0xfd2fb528;
 /** Frame_Header_Descriptor bit 2: a 4-byte content checksum ends the frame. */
 const CHECKSUM_FLAG_BIT = 0x04;
 
-let compressor: Compressor | undefined;
-let compressorLevel: number | undefined;
+/** zstd's parameters beside the level that a frame may set (byte-planes.ts does). */
+export interface FrameTuning {
+  hashLog?: number;
+}
+
+const compressors = new Map<string, Compressor>();
 let dctx: InstanceType<typeof zstd.DCtx> | undefined;
 
 /** Compress `raw` as one zstd frame with content checksum and content size. */
-export function compressFrame(raw: Uint8Array, level = 1): Buffer {
-  compressor ??= new Compressor();
-  if (compressorLevel !== level) {
-    compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true });
-    compressorLevel = level;
+export function compressFrame(raw: Uint8Array, level = 1, tuning: FrameTuning = {}): Buffer {
+  const key = `${level} ${tuning.hashLog ?? ''}`;
+  let compressor = compressors.get(key);
+  if (!compressor) {
+    compressor = new Compressor();
+    compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true, ...tuning });
+    compressors.set(key, compressor);
   }
   return compressor.compress(raw);
 }
