@@ -23,6 +23,8 @@ export type CodecTask =
 export interface CodecReply {
   id: number;
   data?: ArrayBuffer;
+  /** compress, compressFile: the frame is data's first length bytes (the rest is zstd's bound left over). */
+  length?: number;
   /** compress: the layout the frame was compressed in. */
   planes?: Planes;
   /** compressFile: the frame's runs of all-zero pages, [first, count, ...]. */
@@ -123,7 +125,7 @@ export class CodecPool {
   async compress(offset: number, length: number, level: number, planes: PlanesMode = 'off'): Promise<{ data: Uint8Array; planes: Planes; spent: FrameSpent }> {
     faultPoint('compress');
     const r = await this.pool.run({ op: 'compress', offset, length, level, planes });
-    return { data: new Uint8Array(r.data!), planes: r.planes ?? 0, spent: r.spent! };
+    return { data: new Uint8Array(r.data!, 0, r.length), planes: r.planes ?? 0, spent: r.spent! };
   }
 
   /** Digests of the blocks of staging [offset, offset+length), as the shim's kernel computes them (8 bytes LE each). */
@@ -136,7 +138,7 @@ export class CodecPool {
   async compressFile(path: string, offset: number, length: number, level: number): Promise<{ data: Uint8Array; zeroPages: number[] }> {
     faultPoint('compress');
     const r = await this.pool.run({ op: 'compressFile', path, offset, length, level });
-    return { data: new Uint8Array(r.data!), zeroPages: r.zeroPages ?? [] };
+    return { data: new Uint8Array(r.data!, 0, r.length), zeroPages: r.zeroPages ?? [] };
   }
 
   /**

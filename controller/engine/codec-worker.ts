@@ -28,12 +28,10 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       const raw = stagingView(task.offset, task.length);
       const planes = task.planes === 'off' ? 0 : task.planes === 'auto' ? choosePlanes(raw, task.level) : task.planes;
       const t1 = performance.now();
+      // Memory of its own (compressFrame), handed over as it is.
       const out = planes ? compressFrame(toPlanes(raw, planes, scratch(task.length)), task.level, PLANES_TUNING) : compressFrame(raw, task.level);
-      // Own, transferable memory: zstd-napi may return a view into a shared pool.
-      const copy = new Uint8Array(out.length);
-      copy.set(out);
       const spent = { thread: threadId, steps: { 'choose planes': t1 - t0, compress: performance.now() - t1 } };
-      return { reply: { id: task.id, data: copy.buffer, planes, spent }, transfer: [copy.buffer] };
+      return { reply: { id: task.id, data: out.buffer as ArrayBuffer, length: out.length, planes, spent }, transfer: [out.buffer as ArrayBuffer] };
     }
     case 'decompress': {
       // Read here into the worker's own buffer, then straight into staging
@@ -60,9 +58,7 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
     case 'compressFile': {
       const raw = readRange(task.path, task.offset, task.length, scratch(task.length));
       const out = compressFrame(raw, task.level);
-      const copy = new Uint8Array(out.length);
-      copy.set(out);
-      return { reply: { id: task.id, data: copy.buffer, zeroPages: zeroPageRuns(raw) }, transfer: [copy.buffer] };
+      return { reply: { id: task.id, data: out.buffer as ArrayBuffer, length: out.length, zeroPages: zeroPageRuns(raw) }, transfer: [out.buffer as ArrayBuffer] };
     }
     case 'decompressToFile': {
       // Two buffers: the frame's compressed bytes, then its raw bytes.

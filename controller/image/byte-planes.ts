@@ -14,7 +14,7 @@
  * trained state).
  */
 import { native } from '../../native/index.js';
-import { compressFrame, type FrameTuning } from './frame-codec.js';
+import { compressedLength, type FrameTuning } from './frame-codec.js';
 
 /** How a frame's raw bytes go into zstd: as they are (0), or as byte planes of 2- or 4-byte elements. */
 export type Planes = 0 | 2 | 4;
@@ -49,12 +49,12 @@ export function choosePlanes(raw: Uint8Array, level: number): Planes {
   const piece = n === raw.length ? raw : sample.subarray(0, n);
   if (sampleOut.length < n) sampleOut = new Uint8Array(n);
   const out = sampleOut.subarray(0, n);
-  const plain = compressFrame(piece, level).length;
+  const plain = compressedLength(piece, level);
   let best: Planes = 0;
   let bestSize = plain * 0.97;
   for (const p of [4, 2] as const) {
     native().byteplanes(piece, out, p, false);
-    const size = compressFrame(out, level, PLANES_TUNING).length;
+    const size = compressedLength(out, level, PLANES_TUNING);
     if (size < bestSize) [best, bestSize] = [p, size];
   }
   return best;
