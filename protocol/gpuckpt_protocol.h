@@ -294,8 +294,8 @@ struct gpck_copy_rep {
  * GPCK_MIN_DIGEST_BLOCK; at most GPCK_MAX_DIGESTS blocks in all. count 0
  * only loads the kernel, whole (CUDA's lazy loading would load it at its
  * first launch), so that this is not inside a pause; it needs no gate,
- * only a process the driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
- * not load or run the kernel. */
+ * only a process the driver has not frozen (-EPERM while suspended).
+ * -ENOSYS: the driver will not load or run the kernel. */
 #define GPCK_MAX_DIGESTS 16000u
 
 #define GPCK_MAX_DIGEST_RANGES 1024u

@@ -357,8 +357,8 @@ block_size, addr + length)); 0 means all zeros. block_size: a multiple of
 GPCK_MIN_DIGEST_BLOCK; at most GPCK_MAX_DIGESTS blocks in all. count 0
 only loads the kernel, whole (CUDA's lazy loading would load it at its
 first launch), so that this is not inside a pause; it needs no gate,
-only a process the driver has not frozen (-EPERM while suspended). -ENOSYS: the driver will
-not load or run the kernel.`,
+only a process the driver has not frozen (-EPERM while suspended).
+-ENOSYS: the driver will not load or run the kernel.`,
   },
   { kind: 'define', name: 'GPCK_MAX_DIGEST_RANGES', value: '1024u', js: 'maxDigestRanges' },
   { kind: 'define', name: 'GPCK_MIN_DIGEST_BLOCK', value: '4096u' },
