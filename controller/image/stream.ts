@@ -59,9 +59,14 @@ export async function sendImage(sink: StreamSink, dir: () => string, done: Promi
   const ended = new Promise<void>((res) => child.once('close', () => res()));
   let reported = false;
   const result = new Promise<StreamSummary>((res, rej) => {
+    const failed = (e: Error) => new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e });
+    // A send into a sender that has just ended (its reader gone) fails with
+    // EPIPE before its own word on why is read: that word, read by 'close',
+    // is the one to give (CI saw the EPIPE win).
+    let sendFailure: Error | undefined;
     child.once('message', (r: SenderReply) => ('done' in r ? res(r.done) : rej(new GpuckptError(r.error.code as ErrorCode, r.error.message))));
-    child.once('error', (e) => rej(new GpuckptError('INTERNAL', `stream sender failed: ${e.message}`, { cause: e })));
-    child.once('close', (code, signal) => rej(new GpuckptError('INTERNAL', `stream sender ended (${signal ?? `exit status ${code}`}) before it said how the stream went`)));
+    child.once('error', (e) => (child.pid === undefined ? rej(failed(e)) : (sendFailure = e)));
+    child.once('close', (code, signal) => rej(sendFailure ? failed(sendFailure) : new GpuckptError('INTERNAL', `stream sender ended (${signal ?? `exit status ${code}`}) before it said how the stream went`)));
   });
   result.then(
     () => (reported = true),
