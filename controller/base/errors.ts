@@ -78,6 +78,17 @@ export function isGpuckptError(e: unknown, code?: ErrorCode): e is GpuckptError 
 }
 
 /**
+ * Every result's value, or the first failure thrown again, its code kept
+ * (INTERNAL for an error not ours), its message what(its index, message).
+ */
+export function valuesOrFirstFailure<T>(results: PromiseSettledResult<T>[], what: (index: number, message: string) => string): T[] {
+  const failed = results.findIndex((r) => r.status === 'rejected');
+  if (failed < 0) return results.map((r) => (r as PromiseFulfilledResult<T>).value);
+  const e = (results[failed] as PromiseRejectedResult).reason as Error;
+  throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', what(failed, e.message));
+}
+
+/**
  * The exit status a failure gives, by what the user should do:
  * 2, the command or its setting is wrong (fix it and run again);
  * 3, refused before anything was touched: everything is as it was;

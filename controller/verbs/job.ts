@@ -9,7 +9,7 @@
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { GpuckptError, isGpuckptError } from '../base/errors.js';
+import { GpuckptError, isGpuckptError, valuesOrFirstFailure } from '../base/errors.js';
 import { Latch } from '../base/latch.js';
 import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
@@ -143,13 +143,10 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
   // closes: after the rebuild, as in a restore (process-restore.ts).
   const rebuilt = new Latch();
   try {
-    const results = await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false, holdUntil: rebuilt.opened })));
-    const failed = results.findIndex((r) => r.status === 'rejected');
-    if (failed >= 0) {
-      const e = (results[failed] as PromiseRejectedResult).reason as Error;
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', `process ${toResume[failed]} of the job: ${e.message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`);
-    }
-    const resumed = results.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value);
+    const resumed = valuesOrFirstFailure(
+      await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false, holdUntil: rebuilt.opened }))),
+      (i, message) => `process ${toResume[i]} of the job: ${message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`,
+    );
     const r0 = performance.now();
     const cut = await JobCut.attach(members);
     try {

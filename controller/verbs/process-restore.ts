@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { criuRestoreTree, findCriu } from '../adapters/criu.js';
 import { killProcess, waitAsForeground, waitPidsFree } from '../adapters/processes.js';
-import { EXIT_FAILURE, GpuckptError, isGpuckptError } from '../base/errors.js';
+import { EXIT_FAILURE, GpuckptError, isGpuckptError, valuesOrFirstFailure } from '../base/errors.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
 import { round } from '../base/units.js';
 import { rebuildJob } from '../engine/collective-cut.js';
@@ -200,16 +200,13 @@ async function resumeAndRebuild(
 ): Promise<{ resumes: ResumeSummary[]; ncclFailure?: string }> {
   const rebuilt = new Latch();
   try {
-    const resumed = await Promise.allSettled(
-      members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0, holdUntil: rebuilt.opened })),
+    const resumes = valuesOrFirstFailure(
+      await Promise.allSettled(
+        members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0, holdUntil: rebuilt.opened })),
+      ),
+      (i, message) => (members.length > 1 ? `process ${members[i]} of the restored job: ${message}` : message),
     );
-    const failed = resumed.findIndex((r) => r.status === 'rejected');
-    if (failed >= 0) {
-      const e = (resumed[failed] as PromiseRejectedResult).reason as Error;
-      throw new GpuckptError(isGpuckptError(e) ? e.code : 'INTERNAL', members.length > 1 ? `process ${members[failed]} of the restored job: ${e.message}` : e.message);
-    }
     clock.mark('resume');
-    const resumes = resumed.map((r) => (r as PromiseFulfilledResult<ResumeSummary>).value);
     return { resumes, ncclFailure: nccl ? await rebuildJob(members) : undefined };
   } finally {
     rebuilt.open();
