@@ -90,6 +90,8 @@ interface NativeModule {
   hostBlockDigests(view: Uint8Array, blockSize: number): Buffer;
   /** dst gets src's byte planes of size-byte elements (inverse: planes back into elements); same lengths. */
   byteplanes(src: Uint8Array, dst: Uint8Array, size: 2 | 4, inverse: boolean): void;
+  /** A zstd frame of src's bytes in raw blocks (content size, XXH64 checksum) written into dst; its length. */
+  storedZstdFrame(src: Uint8Array, dst: Uint8Array): number;
   /** The host's Unix sockets (sock_diag): peer 0 when unconnected, name '' when unbound, '@...' abstract; throws with code set to the errno name. */
   unixSockets(): UnixSocketInfo[];
 }

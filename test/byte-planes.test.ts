@@ -1,15 +1,17 @@
 /**
- * Byte planes before zstd (controller/image/byte-planes.ts, format 3): the
- * native transform and its inverse, the per-frame choice (float data takes
- * planes, other data does not), and end to end with the fake driver: an
+ * Byte planes before zstd (controller/image/byte-planes.ts, formats 3 and
+ * 5): the native transform and its inverse, the per-frame choice (float
+ * data takes planes, other data does not; planes that do not compress are
+ * stored), a zstd frame per plane, and end to end with the fake driver: an
  * image whose every frame holds planes (GPUCKPT_SHUFFLE=4) restores bit
  * for bit; a bad setting is refused in one line.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
-import { choosePlanes, fromPlanes, PLANES_TUNING, toPlanes } from '../controller/image/byte-planes.js';
-import { compressFrame, decompressFrame } from '../controller/image/frame-codec.js';
+import { isGpuckptError } from '../controller/base/errors.js';
+import { chooseLayout, fromPlanes, PLANES_TUNING, toPlanes } from '../controller/image/byte-planes.js';
+import { compressFrame, compressPlanes, decompressFrame } from '../controller/image/frame-codec.js';
 import { APPS, json, requireBuilt, Sandbox } from './helpers/e2e.js';
 
 const box = new Sandbox();
@@ -41,12 +43,52 @@ describe('byte planes', () => {
   });
 
   it('are chosen for float data only', () => {
-    expect(choosePlanes(weights(1 << 20, false), 1)).toBe(4);
-    expect(choosePlanes(weights(1 << 20, true), 1)).not.toBe(0);
-    expect(choosePlanes(randomBytes(1 << 20), 1)).toBe(0);
-    expect(choosePlanes(Buffer.alloc(1 << 20), 1)).toBe(0);
-    expect(choosePlanes(weights(50_000, false), 1)).toBe(4); // smaller than the sample: the whole frame judged
-    expect(choosePlanes(weights(1000, false), 1)).toBe(0); // too little for zstd to gain from planes
+    const planes = (raw: Uint8Array) => chooseLayout(raw, 1).planes;
+    expect(planes(weights(1 << 20, false))).toBe(4);
+    expect(planes(weights(1 << 20, true))).not.toBe(0);
+    expect(planes(randomBytes(1 << 20))).toBe(0);
+    expect(planes(Buffer.alloc(1 << 20))).toBe(0);
+    expect(planes(weights(50_000, false))).toBe(4); // smaller than the sample: the whole frame judged
+    expect(planes(weights(16, false))).toBe(0); // too little: four frames' headers cost more than planes gain
+  });
+
+  it('that do not compress are stored: low mantissa bytes, never the exponent', () => {
+    const fp32 = chooseLayout(weights(1 << 20, false), 1);
+    expect(fp32.stored & 0b0011).toBe(0b0011);
+    expect(fp32.stored & 0b1000).toBe(0);
+    expect(chooseLayout(weights(1 << 20, true), 1, 2)).toEqual({ planes: 2, stored: 0b01 });
+    // A forced size is kept whatever the data; only what to store is judged.
+    expect(chooseLayout(Buffer.alloc(1 << 20), 1, 4)).toEqual({ planes: 4, stored: 0 });
+    expect(chooseLayout(randomBytes(1 << 20), 1, 4)).toEqual({ planes: 4, stored: 0b1111 });
+  });
+
+  it('go into zstd a frame each, stored or compressed, and come back whole', () => {
+    for (const [raw, size] of [[weights((1 << 18) + 3, false), 4], [weights((1 << 18) + 1, true), 2], [randomBytes(4097), 4], [Buffer.alloc(0), 4], [randomBytes(3), 4]] as const)
+      for (let stored = 0; stored < 1 << size; stored += size === 4 ? 5 : 1) {
+        const planes = toPlanes(raw, size, Buffer.alloc(raw.length));
+        const data = compressPlanes(planes, size, stored, 1, PLANES_TUNING);
+        const back = Buffer.alloc(raw.length);
+        fromPlanes(decompressFrame(data, raw.length, 'f'), size, back);
+        expect(back.equals(raw)).toBe(true);
+      }
+  });
+
+  it('stored or not, take no more room than one frame of them, and a damaged stored plane is found', () => {
+    const raw = weights(1 << 20, false);
+    const planes = toPlanes(raw, 4, Buffer.alloc(raw.length));
+    const { stored } = chooseLayout(raw, 1);
+    const split = compressPlanes(planes, 4, stored, 1, PLANES_TUNING);
+    expect(split.length).toBeLessThan(compressFrame(planes, 1, PLANES_TUNING).length * 1.005);
+    const damaged = Buffer.from(split);
+    damaged[100] ^= 1; // inside plane 0, stored
+    let code: string | undefined;
+    try {
+      decompressFrame(damaged, raw.length, 'f');
+    } catch (e) {
+      code = isGpuckptError(e) ? e.code : 'other';
+    }
+    expect(code).toBe('IMAGE_DATA_CORRUPT');
+    expect(() => decompressFrame(split, raw.length - 1, 'f')).toThrow(/expected/);
   });
 
   it('go into zstd with a small hash table: float planes come out smaller so, and whole', () => {

@@ -8,6 +8,7 @@ import { chmod, lstat, mkdir, mkdtemp, open, readFile, readdir, rm, stat, symlin
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { compress as zstdCompress } from 'zstd-napi';
@@ -246,6 +247,27 @@ describe('manifest encoding', () => {
     expect(() => decodeManifest(encodeBySpec({ ...m, version: 2 }), 'm')).toThrow(/planes is 4: 2 or 4, from format version 3/);
   });
 
+  it('bounds a frame of planes by a zstd frame per plane from format 5, by one before', () => {
+    const m = sampleManifest();
+    const f = m.data.frames[0]!;
+    f.planes = 4;
+    const n = f.length;
+    // ZSTD_COMPRESSBOUND of the frame as one zstd frame, and of it as four, each a quarter.
+    const bound = (k: number) => k + (k >>> 8) + (k < 131072 ? (131072 - k) >>> 11 : 0);
+    const stored = (length: number) => {
+      const grow = length - f.compressedLength;
+      f.compressedLength = length;
+      for (const g of m.data.frames.slice(1)) g.offset += BigInt(grow);
+      m.data.storedBytes += BigInt(grow);
+    };
+    stored(bound(n) + 1);
+    m.version = FORMAT_VERSION;
+    expect(decodeManifest(encodeBySpec(m), 'm').data.frames[0]!.compressedLength).toBe(bound(n) + 1);
+    expect(() => decodeManifest(encodeBySpec({ ...m, version: 4 }), 'm')).toThrow(`data.frames[0].compressedLength is ${bound(n) + 1}, expected 1..${bound(n)}`);
+    stored(4 * bound(n / 4) + 1);
+    expect(() => decodeManifest(encodeBySpec(m), 'm')).toThrow(`data.frames[0].compressedLength is ${4 * bound(n / 4) + 1}, expected 1..${4 * bound(n / 4)}`);
+  });
+
   it('refuses to encode an invalid manifest (a caller bug)', () => {
     const m = sampleManifest();
     m.allocations[0]!.addr = BASE - 1n;
@@ -459,7 +481,7 @@ describe('frame codec', () => {
 
   it('works inside worker threads, several at once', async () => {
     // Workers cannot load .ts under Node 20: transpile the codec (and the
-    // error module it imports) to CommonJS with the project's TypeScript.
+    // modules it imports) to CommonJS with the project's TypeScript.
     const require = createRequire(import.meta.url);
     const ts = (await import('typescript')).default;
     const dir = join(root, 'worker');
@@ -469,12 +491,18 @@ describe('frame codec', () => {
         compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true },
       }).outputText;
     await writeFile(join(dir, 'errors.cjs'), toCjs('../controller/base/errors.ts'));
+    await writeFile(join(dir, 'format.cjs'), toCjs('../controller/image/format.ts'));
+    // The addon itself, as native/index.ts loads it (stored planes).
+    const addon = fileURLToPath(new URL('../native/build/Release/gpuckpt_native.node', import.meta.url));
+    await writeFile(join(dir, 'native.cjs'), `exports.native = () => require(${JSON.stringify(addon)});`);
     await writeFile(
       join(dir, 'codec.cjs'),
       toCjs('../controller/image/frame-codec.ts')
         .replaceAll('"zstd-napi/binding.js"', JSON.stringify(require.resolve('zstd-napi/binding.js')))
         .replaceAll('"zstd-napi"', JSON.stringify(require.resolve('zstd-napi')))
-        .replaceAll('"../base/errors.js"', '"./errors.cjs"'),
+        .replaceAll('"../base/errors.js"', '"./errors.cjs"')
+        .replaceAll('"../../native/index.js"', '"./native.cjs"')
+        .replaceAll('"./format.js"', '"./format.cjs"'),
     );
     const workerCode = `
       const { parentPort, workerData } = require('node:worker_threads');

@@ -7,8 +7,8 @@
 import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, threadId, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
-import { compressFrame, decompressFrame } from '../image/frame-codec.js';
-import { choosePlanes, fromPlanes, PLANES_TUNING, toPlanes } from '../image/byte-planes.js';
+import { compressFrame, compressPlanes, decompressFrame } from '../image/frame-codec.js';
+import { chooseLayout, fromPlanes, PLANES_TUNING, toPlanes, type FrameLayout } from '../image/byte-planes.js';
 import { readFrameSource, readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
@@ -26,10 +26,10 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
     case 'compress': {
       const t0 = performance.now();
       const raw = stagingView(task.offset, task.length);
-      const planes = task.planes === 'off' ? 0 : task.planes === 'auto' ? choosePlanes(raw, task.level) : task.planes;
+      const { planes, stored }: FrameLayout = task.planes === 'off' ? { planes: 0, stored: 0 } : chooseLayout(raw, task.level, task.planes === 'auto' ? undefined : task.planes);
       const t1 = performance.now();
       // Memory of its own (compressFrame), handed over as it is.
-      const out = planes ? compressFrame(toPlanes(raw, planes, scratch(task.length)), task.level, PLANES_TUNING) : compressFrame(raw, task.level);
+      const out = planes ? compressPlanes(toPlanes(raw, planes, scratch(task.length)), planes, stored, task.level, PLANES_TUNING) : compressFrame(raw, task.level);
       const spent = { thread: threadId, steps: { 'choose planes': t1 - t0, compress: performance.now() - t1 } };
       return { reply: { id: task.id, data: out.buffer as ArrayBuffer, length: out.length, planes, spent }, transfer: [out.buffer as ArrayBuffer] };
     }

@@ -16,12 +16,16 @@ export const DATA_FILE = 'pool.zst';
  * put back into elements after decompression.
  * 4: ranges the framework held unused (Manifest.unused) are in no frame, and
  * a restore leaves them as they are.
+ * 5: a frame's data may be several zstd frames end to end (byte planes: one
+ * per plane, a plane that does not compress in raw blocks), read as one.
  */
-export const FORMAT_VERSION = 4;
+export const FORMAT_VERSION = 5;
 /** The first version that may leave unused ranges out. */
 export const UNUSED_FORMAT_VERSION = 4;
 /** The first version whose frames may hold byte planes. */
 export const PLANES_FORMAT_VERSION = 3;
+/** The first version whose frames of planes may be a zstd frame per plane. */
+export const PLANE_FRAMES_FORMAT_VERSION = 5;
 /** The oldest format version this gpuckpt reads. */
 export const OLDEST_FORMAT_VERSION = 1;
 export const MANIFEST_MAGIC: Buffer = Buffer.from('GPUCKPT\0', 'latin1');
@@ -50,3 +54,14 @@ export const MIN_DIGEST_BLOCK = 4096;
 export const DIGEST_BLOCK = 256 * 1024;
 /** A longer chain of parents is refused (a loop, or a chain nobody should restore through). */
 export const MAX_CHAIN_LENGTH = 64;
+
+/** Where each of size byte planes of n bytes lies: byte k of every whole element; the bytes of a partial element end the last plane. */
+export function planeParts(n: number, size: 2 | 4): [number, number][] {
+  const count = Math.floor(n / size);
+  return Array.from({ length: size }, (_, k) => [k * count, k === size - 1 ? n : (k + 1) * count]);
+}
+
+/** A zstd frame that stores n bytes in raw blocks: its header (magic, descriptor, 8-byte content size), a block header per 128 KiB, the checksum. */
+export function storedFrameBound(n: number): number {
+  return 13 + 3 * Math.max(1, Math.ceil(n / (128 * 1024))) + n + 4;
+}

@@ -42,7 +42,7 @@ import type {
   PoolLayout,
 } from './manifest-types.js';
 import { AllocationBlocks } from './blocks.js';
-import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANES_FORMAT_VERSION, UNUSED_FORMAT_VERSION } from './format.js';
+import { DATA_FILE, FORMAT_VERSION, MAX_DEVICES, MAX_FRAME_LENGTH, MIN_DIGEST_BLOCK, OLDEST_FORMAT_VERSION, PLANE_FRAMES_FORMAT_VERSION, PLANES_FORMAT_VERSION, planeParts, storedFrameBound, UNUSED_FORMAT_VERSION } from './format.js';
 import { firstEndingAfter, withoutUnused } from './unused-ranges.js';
 
 export type ManifestCheck = { ok: true; manifest: Manifest } | { ok: false; problem: string };
@@ -137,7 +137,7 @@ function checkShape(value: unknown): Manifest {
       addr: big(f.addr, `data.frames[${i}].addr`),
       length,
       offset: big(f.offset, `data.frames[${i}].offset`),
-      compressedLength: int(f.compressedLength, `data.frames[${i}].compressedLength`, 1, zstdCompressBound(length)),
+      compressedLength: int(f.compressedLength, `data.frames[${i}].compressedLength`, 1, frameBound(length, (o.version as number) >= PLANE_FRAMES_FORMAT_VERSION ? (f.planes as 2 | 4 | undefined) : undefined)),
       ...(f.planes !== undefined ? { planes: f.planes as 2 | 4 } : {}),
     };
   });
@@ -351,6 +351,12 @@ function findContaining(sorted: { a: AllocationRecord; i: number }[], addr: bigi
     }
   }
   return found;
+}
+
+/** The longest a frame's data may be: one zstd frame, or one per byte plane (from format 5), each compressed or stored. */
+function frameBound(n: number, planes: 2 | 4 | undefined): number {
+  if (!planes) return zstdCompressBound(n);
+  return planeParts(n, planes).reduce((s, [a, b]) => s + Math.max(zstdCompressBound(b - a), storedFrameBound(b - a)), 0);
 }
 
 /** ZSTD_COMPRESSBOUND from zstd.h: no valid frame of `n` input bytes is longer. */

@@ -12,6 +12,7 @@
 #include "host_digest.h"
 #include "bar_map.h"
 #include "byte_planes.h"
+#include "stored_frame.h"
 #include "peer_memory.h"
 #include "scratch_mount.h"
 #include "session.h"
@@ -48,6 +49,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("startWriteback", Napi::Function::New(env, StartWriteback, "startWriteback"));
   exports.Set("hostBlockDigests", Napi::Function::New(env, HostBlockDigests, "hostBlockDigests"));
   exports.Set("byteplanes", Napi::Function::New(env, BytePlanes, "byteplanes"));
+  exports.Set("storedZstdFrame", Napi::Function::New(env, StoredZstdFrame, "storedZstdFrame"));
   exports.Set("mountHugeTmpfs", Napi::Function::New(env, MountHugeTmpfs, "mountHugeTmpfs"));
   exports.Set("unmountLazy", Napi::Function::New(env, UnmountLazy, "unmountLazy"));
   exports.Set("unixSockets", Napi::Function::New(env, UnixSockets, "unixSockets"));
