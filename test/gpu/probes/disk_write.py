@@ -7,6 +7,8 @@ every 16 MiB, fdatasync at commit): issue 26's 4x needs more. This writes
 GIB GiB of random bytes into one file in DIR, RUNS times per way:
   buffered  THREADS writers of 4 MiB, sync_file_range as the writer does, then fdatasync
   direct    O_DIRECT, page-aligned buffers of BLOCK MiB, QD writers at once, then fdatasync
+  files     as buffered, but each writer into a file of its own (one file's
+            buffered writes take its inode's lock: they queue behind each other)
 and prints GB/s for each, with the file system it wrote on.
   python3 test/gpu/probes/disk_write.py [DIR] [GIB] [RUNS]
 """
@@ -37,12 +39,13 @@ except FileNotFoundError:
 
 
 def write_all(fd, block, writers, writeback):
-    """Writers take blocks in turn; the data is the random source, cycled."""
+    """Writers take blocks in turn; the data is the random source, cycled. fd: one, or one per writer."""
+    fds = fd if isinstance(fd, list) else [fd] * writers
     nxt = [0]
     lock = threading.Lock()
     view = memoryview(src)
 
-    def worker():
+    def worker(fd):
         while True:
             with lock:
                 off = nxt[0]
@@ -58,7 +61,7 @@ def write_all(fd, block, writers, writeback):
             if writeback:
                 libc.sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)
 
-    ts = [threading.Thread(target=worker) for _ in range(writers)]
+    ts = [threading.Thread(target=worker, args=(f,)) for f in fds]
     for t in ts:
         t.start()
     for t in ts:
@@ -69,19 +72,25 @@ def one(way, block_mib, writers):
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     if way == 'direct':
         flags |= os.O_DIRECT
-    fd = os.open(path, flags, 0o600)
+    paths = [f'{path}-{i}' for i in range(writers)] if way == 'files' else [path]
+    fds = [os.open(p, flags, 0o600) for p in paths]
     t0 = time.perf_counter()
-    write_all(fd, block_mib << 20, writers, way == 'buffered')
+    write_all(fds if way == 'files' else fds[0], block_mib << 20, writers, way != 'direct')
     t1 = time.perf_counter()
-    os.fdatasync(fd)
+    for fd in fds:
+        os.fdatasync(fd)
     t2 = time.perf_counter()
-    os.close(fd)
-    os.unlink(path)
+    for fd, p in zip(fds, paths):
+        os.close(fd)
+        os.unlink(p)
     return total / (t2 - t0) / 1e9, t1 - t0, t2 - t1
 
 
-ways = [('buffered', 4, 1), ('buffered', 4, 4), ('direct', 4, 1), ('direct', 4, 4),
-        ('direct', 16, 4), ('direct', 8, 8), ('direct', 16, 16)]
+ways = [('buffered', 4, 1), ('buffered', 4, 4), ('buffered', 4, 16), ('files', 4, 2), ('files', 4, 4),
+        ('files', 4, 8), ('files', 4, 16), ('direct', 4, 1), ('direct', 4, 4), ('direct', 16, 4), ('direct', 8, 8),
+        ('direct', 16, 16)]
+if os.environ.get('DISK_WAYS'):  # e.g. DISK_WAYS=buffered:4:16,files:4:8
+    ways = [(w, int(b), int(n)) for w, b, n in (x.split(':') for x in os.environ['DISK_WAYS'].split(','))]
 for r in range(runs):
     for way, block, writers in ways:
         try:
