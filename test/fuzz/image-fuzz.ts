@@ -18,6 +18,8 @@ import { join } from 'node:path';
 import { GpuckptError } from '../../controller/base/errors.js';
 import { decodeBySpec, encodeBySpec } from '../helpers/manifest-bytes.js';
 import { manifestSha256, openParents, planChain } from '../../controller/image/chain.js';
+import { toPlanes } from '../../controller/image/byte-planes.js';
+import { compressPlanes } from '../../controller/image/frame-codec.js';
 import {
   compressFrame,
   DATA_FILE,
@@ -63,8 +65,10 @@ function baseImage(rand: () => number): { manifest: Manifest; data: Buffer } {
       const len = Number(a.size - off < 65536n ? a.size - off : 65536n);
       const raw = Buffer.alloc(len);
       if (rand() < 0.5) for (let i = 0; i < len; i++) raw[i] = Math.floor(rand() * 256);
-      const z = compressFrame(raw);
-      frames.push({ device: a.device, addr: a.addr + off, length: len, offset, compressedLength: z.length });
+      // Some frames as byte planes, a zstd frame per plane, some planes stored (format 5).
+      const planes = rand() < 0.4 ? 4 : undefined;
+      const z = planes ? compressPlanes(toPlanes(raw, planes, Buffer.alloc(len)), planes, Math.floor(rand() * 16)) : compressFrame(raw);
+      frames.push({ device: a.device, addr: a.addr + off, length: len, offset, compressedLength: z.length, ...(planes ? { planes } : {}) });
       chunks.push(z);
       offset += BigInt(z.length);
     }
