@@ -253,14 +253,16 @@ export class ShimSession {
    * maps it (this process keeps its fds) and faults in and pins it in the
    * background, each copy waiting for what it uses; filled: the data is in
    * it already, so nothing is pinned and copies go through the shim's
-   * bounce ring (see GPCK_STAGING_UNPINNED). OUT_OF_FDS: the application
-   * had no room for the fds; ask for the shim's own instead.
+   * bounce ring (see GPCK_STAGING_UNPINNED). ready: prepared before this
+   * returns, as mapStaging's. OUT_OF_FDS: the application had no room for
+   * the fds; ask for the shim's own instead.
    */
-  async giveStaging(staging: StagingMemory, filled: boolean): Promise<void> {
+  async giveStaging(staging: StagingMemory, filled: boolean, ready = false): Promise<void> {
+    const flags = StagingFlag.GIVEN | (filled ? StagingFlag.UNPINNED : 0) | (ready ? StagingFlag.READY : 0);
     const rep = await this.request(
       'STAGING_MAP',
       'map staging memory',
-      { size: BigInt(staging.size), flags: StagingFlag.GIVEN | (filled ? StagingFlag.UNPINNED : 0), files: staging.fds.length, fileBytes: BigInt(staging.fileBytes) },
+      { size: BigInt(staging.size), flags, files: staging.fds.length, fileBytes: BigInt(staging.fileBytes) },
       { codes: { EMFILE: 'OUT_OF_FDS' }, fds: staging.fds },
     );
     staging.registerNs = rep.registerNs;

@@ -28,6 +28,7 @@ const SETTINGS: [string, Kind][] = [
   ['GPUCKPT_BAR_ROUTES', 'routes'],
   ['GPUCKPT_CRIU_VERBOSITY', 'verbosity'],
   ['GPUCKPT_HUGE_SCRATCH', 'flag'],
+  ['GPUCKPT_HUGE_STAGING', 'flag'],
   ['GPUCKPT_DRIVER_ZEROS', 'keep'],
   ['GPUCKPT_STACKS', 'keep'],
 ];

@@ -3,21 +3,27 @@
  * cannot shrink, that the codec workers fill and the shim maps once given
  * them (gpuckpt_protocol.h, GPCK_STAGING_GIVEN). Made here, a restore can
  * decompress an image before the process it goes to exists: while CRIU
- * brings it back.
+ * brings it back. With GPUCKPT_HUGE_STAGING=1, a pool image's staging is
+ * made here too, as files on a tmpfs of huge pages (hugeStaging).
  *
  * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (32 MiB) each,
  * more when that would take more than MAX_STAGING_FILES, whole 2 MiB; the
  * kernel faults in one memfd's pages one thread at a time, so many files
  * let the workers fill staging in parallel.
  */
+import { ftruncateSync, mkdirSync, mkdtempSync, openSync, rmSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
-import { closeStaging, type StagingMemory } from '../adapters/session.js';
+import { log } from '../base/log.js';
+import { closeStaging, type ShimSession, type StagingMemory } from '../adapters/session.js';
+import { ownRunDir } from '../adapters/run-dir.js';
 import { formatBytes, parseSize } from '../base/units.js';
 import { MAX_STAGING_FILES, native } from '../../native/index.js';
 
 /** GP_DEFAULT_STAGING_FILE of shim/interpose/config.h (which says why). */
 const DEFAULT_FILE_BYTES = 32 * 1024 * 1024;
 const FILE_ALIGN = 2 * 1024 * 1024;
+const PAGE = 4096;
 
 /** Bytes per memfd for size bytes of staging. */
 export function stagingFileBytes(size: number, env: NodeJS.ProcessEnv = process.env): number {
@@ -38,4 +44,66 @@ export function createStaging(size: number, env: NodeJS.ProcessEnv = process.env
     throw new GpuckptError('HOST_MEMORY', `cannot make ${formatBytes(size)} of staging memory: ${(e as Error).message}`);
   }
   return staging;
+}
+
+/**
+ * A pool image's staging for the shim: on huge pages where
+ * GPUCKPT_HUGE_STAGING=1 and the mount is allowed, else the shim's own
+ * memfds. ready: prepared (faulted in, pinned) before this returns.
+ */
+export async function stagingForShim(session: ShimSession, bytes: number, ready: boolean): Promise<StagingMemory> {
+  const huge = process.env.GPUCKPT_HUGE_STAGING === '1' ? hugeStaging(bytes) : undefined;
+  if (huge) {
+    try {
+      await session.giveStaging(huge, false, ready);
+      log('debug', 'staging', `process ${session.pid}: ${formatBytes(huge.size)} of staging on huge pages, ${huge.fds.length} files`);
+      return huge;
+    } catch (e) {
+      closeStaging(huge);
+      log('warn', 'staging', `process ${session.pid} did not take staging on huge pages (${(e as Error).message}): its own memfds instead`);
+    }
+  }
+  return session.mapStaging(bytes, 'shared', ready);
+}
+
+/**
+ * size bytes (whole pages) of staging as files of stagingFileBytes(size) on
+ * a tmpfs of huge pages: 2 MiB pages fault in, pin and unmap several times
+ * faster than a memfd's 4 KiB (test/gpu/probes/staging_pages.c), which
+ * memfds cannot have where the kernel's shmem_enabled is never. The tmpfs
+ * is mounted in a directory of its own, sized to every huge page the files
+ * can take (a fault past it would be a SIGBUS in the application), the
+ * files made and unlinked, and the mount detached at once: they live as
+ * long as their fds and mappings, reached by no path. Undefined where the
+ * mount is refused (not root, a container without CAP_SYS_ADMIN).
+ */
+export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory | undefined {
+  size = Math.ceil(size / PAGE) * PAGE;
+  const fileBytes = stagingFileBytes(size, env);
+  const parts: number[] = [];
+  for (let off = 0; off < size; off += fileBytes) parts.push(Math.min(fileBytes, size - off));
+  const room = parts.reduce((s, n) => s + Math.ceil(n / FILE_ALIGN) * FILE_ALIGN, FILE_ALIGN);
+  const staging: StagingMemory = { fds: [], fileBytes, size, registerNs: 0 };
+  let dir: string | undefined;
+  let mounted = false;
+  try {
+    mkdirSync(ownRunDir(), { recursive: true, mode: 0o700 });
+    dir = mkdtempSync(join(ownRunDir(), 'huge-staging-'));
+    native().mountHugeTmpfs(dir, room);
+    mounted = true;
+    parts.forEach((n, i) => {
+      const path = join(dir!, String(i));
+      staging.fds.push(openSync(path, 'wx+', 0o600));
+      ftruncateSync(staging.fds[i]!, n);
+      unlinkSync(path);
+    });
+    return staging;
+  } catch (e) {
+    closeStaging(staging);
+    log('debug', 'staging', `no tmpfs of huge pages for staging (${(e as Error).message}): the shim's memfds`);
+    return undefined;
+  } finally {
+    if (mounted) native().unmountLazy(dir!);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
 }

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "../interpose/contexts.h"
@@ -258,11 +260,28 @@ void gp_staging_close_files(struct gp_staging *s)
     s->nfds = 0;
 }
 
+/* size bytes of address space reserved at a 2 MiB boundary: files of huge
+ * pages (the controller's, on a tmpfs of them) are then mapped by whole
+ * huge pages, which fault in, pin and unmap many times faster. */
+static void *reserve_aligned(uint64_t size)
+{
+    const uint64_t huge = 2ull << 20;
+    uint8_t *p = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return MAP_FAILED;
+    uint8_t *at = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (at > p)
+        munmap(p, (size_t)(at - p));
+    if (p + huge > at)
+        munmap(at + size, (size_t)(p + huge - at));
+    return at;
+}
+
 /* Maps size bytes of files of file_bytes end to end at one reserved range:
  * the given fds, or (given NULL) new memfds, kept in s->fds until sent. */
 static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes, const int *given)
 {
-    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = reserve_aligned(size);
     if (p == MAP_FAILED)
         return -errno;
     *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
@@ -339,8 +358,20 @@ void gp_staging_copy_starts(struct gp_staging *s)
     s->prefault = NULL;
 }
 
+/* A file that can never be sealed (F_SEAL_SEAL from its making), on a
+ * tmpfs, that no path reaches: the controller's staging on huge pages,
+ * unlinked as made, which only the holders of its fds (the controller, the
+ * snapshot holder) could shrink. A memfd made to be sealed but left
+ * unsealed is still refused. */
+static bool unsealable_unlinked_tmpfs(int fd, const struct stat *st, int seals)
+{
+    struct statfs fs;
+    return seals == F_SEAL_SEAL && st->st_nlink == 0 && fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
 /* Each given file is a regular file that cannot shrink under the mapping
- * and holds its part: what the protocol header asks of GPCK_STAGING_GIVEN. */
+ * (sealed, or unsealable and unlinked on a tmpfs) and holds its part: what
+ * the protocol header asks of GPCK_STAGING_GIVEN. */
 static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_bytes)
 {
     int err = check_size(size);
@@ -353,10 +384,10 @@ static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t fi
         uint64_t part = part_at(size, (uint64_t)i * file_bytes, file_bytes);
         struct stat st;
         int seals = fcntl(fds[i], F_GET_SEALS);
-        if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < part || seals < 0 ||
-            !(seals & F_SEAL_SHRINK)) {
-            GP_WARN("staging", "refused the controller's staging: file %u of %u is not a memfd of %llu bytes sealed "
-                    "against shrinking", i + 1, nfds, (unsigned long long)part);
+        if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < part ||
+            !((seals >= 0 && (seals & F_SEAL_SHRINK)) || unsealable_unlinked_tmpfs(fds[i], &st, seals))) {
+            GP_WARN("staging", "refused the controller's staging: file %u of %u is not a file of %llu bytes sealed "
+                    "against shrinking or unlinked on a tmpfs", i + 1, nfds, (unsigned long long)part);
             return -EINVAL;
         }
     }

@@ -678,6 +678,19 @@ static void test_given_staging(void)
     int with_loose[3] = { f[0], loose, f[2] };
     CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 3, &sr, sizeof(sr), with_loose, 3) == 0); /* could shrink */
     CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    /* A tmpfs file cannot be sealed: taken unlinked (staging on huge pages), refused while a path reaches it. */
+    char shm_path[64];
+    snprintf(shm_path, sizeof(shm_path), "/dev/shm/gpuckpt-test-staging-%d", (int)getpid());
+    int on_tmpfs = open(shm_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(on_tmpfs >= 0 && ftruncate(on_tmpfs, (off_t)file) == 0);
+    int with_tmpfs[3] = { f[0], on_tmpfs, f[2] };
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 12, &sr, sizeof(sr), with_tmpfs, 3) == 0); /* linked: could be cut */
+    CHECK(recv_status(fd, NULL, 0) == -EINVAL);
+    CHECK(unlink(shm_path) == 0);
+    CHECK(send_with_fds(fd, GPCK_STAGING_MAP, 13, &sr, sizeof(sr), with_tmpfs, 3) == 0);
+    struct gpck_staging_rep taken;
+    CHECK(recv_status(fd, &taken, sizeof(taken)) == 0 && taken.size == sr.size);
+    close(on_tmpfs);
     int short_last[3] = { f[0], f[1], f[2] };
     struct gpck_staging_req longer = sr;
     longer.size = 3 * file; /* the last file is half of its part */

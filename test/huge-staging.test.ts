@@ -1,0 +1,96 @@
+/**
+ * Staging on huge pages (GPUCKPT_HUGE_STAGING=1, engine/staging-files.ts
+ * hugeStaging): files on a tmpfs of huge pages of their own, unlinked, the
+ * mount detached at once; the shim takes them as given staging
+ * (GPCK_STAGING_GIVEN: such files cannot be sealed, the shim takes them
+ * unlinked on a tmpfs). End to end with the fake driver: a gpu-only image
+ * restored bit for bit, and a whole-process checkpoint whose pool image
+ * fails, the process resumed from the snapshot holder's copy of those
+ * files. Skipped, with the reason, where this machine refuses the mount.
+ */
+import { describe, expect, it } from 'vitest';
+import { fstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { sameBuffers } from '../controller/adapters/app-driver.js';
+import { closeStaging } from '../controller/adapters/session.js';
+import { hugeStaging } from '../controller/engine/staging-files.js';
+import { native } from '../native/index.js';
+import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+
+const { box, env } = checkpointingSandbox();
+const MiB = 1024 * 1024;
+
+/** Why a tmpfs of huge pages cannot be mounted here, or undefined where it can. */
+function mountRefused(): string | undefined {
+  const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-huge-probe-'));
+  try {
+    native().mountHugeTmpfs(dir, 2 * MiB);
+    native().unmountLazy(dir);
+    return undefined;
+  } catch (e) {
+    return (e as Error).message;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+const refused = mountRefused();
+if (refused) console.log(`huge staging tests skipped: a tmpfs of huge pages cannot be mounted here (${refused})`);
+
+const hugeMounts = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes('huge-staging-'));
+
+describe.skipIf(refused !== undefined)('staging on huge pages', () => {
+  it('is files of the staging sizes, unlinked, on a mount already gone', () => {
+    const runDir = mkdtempSync(join(tmpdir(), 'gpuckpt-huge-run-'));
+    const was = process.env.GPUCKPT_RUN_DIR;
+    process.env.GPUCKPT_RUN_DIR = runDir;
+    try {
+      const staging = hugeStaging(5 * MiB + 100, { GPUCKPT_STAGING_FILE: '2M' })!;
+      try {
+        expect(staging.size).toBe(5 * MiB + 4096);
+        expect(staging.fileBytes).toBe(2 * MiB);
+        expect(staging.fds.map((fd) => fstatSync(fd).size)).toEqual([2 * MiB, 2 * MiB, MiB + 4096]);
+        for (const fd of staging.fds) {
+          expect(fstatSync(fd).nlink).toBe(0);
+          // Named from the root of a mount detached already, and unlinked.
+          expect(readlinkSync(`/proc/self/fd/${fd}`)).toMatch(/^\/\d \(deleted\)$/);
+          expect(writeSync(fd, Buffer.from('data'), 0, 4, 0)).toBe(4);
+        }
+        expect(hugeMounts()).toEqual([]);
+        expect(readdirSync(runDir)).toEqual([]);
+      } finally {
+        closeStaging(staging);
+      }
+    } finally {
+      if (was === undefined) delete process.env.GPUCKPT_RUN_DIR;
+      else process.env.GPUCKPT_RUN_DIR = was;
+      rmSync(runDir, { recursive: true, force: true });
+    }
+  });
+
+  it('carries a gpu-only image, restored bit for bit', async () => {
+    const { app, ready } = await box.start(APPS.linked, { env });
+    const image = box.path('huge-gpu-only');
+    const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_LOG: 'debug' });
+    expect(ck.code).toBe(0);
+    expect(ck.stderr).toMatch(new RegExp(`staging: process ${app.pid}: .* of staging on huge pages, \\d+ files`));
+    expect(ck.stderr).not.toMatch(/did not take staging on huge pages|refused the controller's staging/);
+    await app.command('mutate');
+    expect(box.cli(['restore', image, '--into', String(app.pid)], env).code).toBe(0);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    expect(hugeMounts()).toEqual([]);
+  });
+
+  it("is what the snapshot holder keeps while CRIU dumps: a pool image failing then resumes the process from it, with its data", async () => {
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
+    const out = box.path('huge-pool-unwritten');
+    const r = box.cli(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`of staging on huge pages`));
+    expect(r.stderr).toMatch(new RegExp(`suspend ${app.pid}: hand-off done`));
+    expect(r.stderr.split('\n').filter((l) => l.startsWith('gpuckpt: '))).toEqual([expect.stringMatching(new RegExp(`^gpuckpt: injected fault at image-write .*; process ${app.pid} resumed$`))]);
+    const row = json<any[]>(box.cli(['ps', '--json'], env).stdout).find((p) => p.pid === app.pid);
+    expect(row.poolState).toBe('active');
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+});
