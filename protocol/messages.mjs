@@ -250,7 +250,9 @@ them already: a restore decompresses while CRIU brings the process back,
 before there is a shim to ask) and sends them with the request, files of
 file_bytes each (the last one up to size), laid end to end. Each must be a
 regular file sealed against shrinking (F_SEAL_SHRINK: a file cut short
-under the mapping would fault the application) and as large as its part.
+under the mapping would fault the application), or one that can never be
+sealed, unlinked, on a tmpfs (staging on huge pages, which only the fds'
+holders reach), and as large as its part.
 The shim maps and closes them, and prepares them as its own memfds; the
 reply passes none back. An application out of fds gets -EMFILE, its
 connection kept: the controller then asks for staging the shim makes.
