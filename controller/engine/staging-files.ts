@@ -103,7 +103,18 @@ export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env):
     log('debug', 'staging', `no tmpfs of huge pages for staging (${(e as Error).message}): the shim's memfds`);
     return undefined;
   } finally {
-    if (mounted) native().unmountLazy(dir!);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    // The directory goes once the tmpfs is off it (the files live on).
+    if (dir && (!mounted || detached(dir))) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Whether the staging's tmpfs came off dir; said, not thrown, if the kernel would not. */
+function detached(dir: string): boolean {
+  try {
+    native().unmountLazy(dir);
+    return true;
+  } catch (e) {
+    log('warn', 'staging', `the tmpfs of huge pages for staging stays mounted on ${dir}: ${(e as Error).message}`);
+    return false;
   }
 }
