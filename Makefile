@@ -12,7 +12,7 @@ B := build
 # The shim's four parts (shim/README.md); shim/testing only in the test build.
 SHIM_SRC := $(wildcard shim/interpose/*.c shim/control/*.c shim/collective/*.c shim/pool/*.c)
 SHIM_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(SHIM_SRC))
-SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h) native/common/page_drop.h
+SHIM_HDR := $(wildcard shim/*/*.h protocol/*.h) native/common/page_drop.h native/common/address_reserve.h
 TESTING_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard shim/testing/*.c))
 
 all: $(B)/libgpuckpt.so $(B)/gpuckpt-driver-keeper $(B)/gpuckpt-snapshot-holder $(B)/gpuckpt-criu-compat.so $(B)/criu/gpuckpt_criu.so

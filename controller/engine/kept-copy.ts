@@ -17,6 +17,7 @@ import { GpuckptError } from '../base/errors.js';
 import { log } from '../base/log.js';
 import type { GpuNeed } from './gpu-room.js';
 import { describeHeld, type HeldLayout } from './held-memory.js';
+import { stagingParts } from './staging-files.js';
 import { adoptCopy, closeAll } from './peer-hold.js';
 
 /** What a part held in host memory is filed under in the holder: no GPU's UUID. */
@@ -46,7 +47,7 @@ export async function keepCopy(pid: number, fds: number[][], gpus: string[], chu
  * when the holder cannot take it (the shim keeps its copy).
  */
 export async function keepStaging(pid: number, staging: StagingMemory, where: string, layout: HeldLayout, needs: GpuNeed[]): Promise<string | undefined> {
-  const sizes = staging.fds.map((_, i) => Math.min(staging.fileBytes, staging.size - i * staging.fileBytes));
+  const sizes = stagingParts(staging.size, staging.fileBytes);
   const files = { size: staging.size, fileBytes: staging.fileBytes };
   try {
     return await putKept(pid, [{ uuid: HOST_MEMORY, fds: staging.fds, sizes }], where, { ...layout, files }, needs);

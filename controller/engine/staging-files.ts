@@ -33,12 +33,19 @@ export function stagingFileBytes(size: number, env: NodeJS.ProcessEnv = process.
   return Math.ceil(per / FILE_ALIGN) * FILE_ALIGN;
 }
 
+/** The length of each file of size bytes of staging in files of fileBytes: all of them but the last, which takes what is left. */
+export function stagingParts(size: number, fileBytes: number): number[] {
+  const parts: number[] = [];
+  for (let off = 0; off < size; off += fileBytes) parts.push(Math.min(fileBytes, size - off));
+  return parts;
+}
+
 /** size bytes (whole pages) of new staging, as sealed memfds of stagingFileBytes(size). */
 export function createStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory {
   const fileBytes = stagingFileBytes(size, env);
   const staging: StagingMemory = { fds: [], fileBytes, size, registerNs: 0 };
   try {
-    for (let off = 0; off < size; off += fileBytes) staging.fds.push(native().createMemfd(Math.min(fileBytes, size - off)));
+    for (const n of stagingParts(size, fileBytes)) staging.fds.push(native().createMemfd(n));
   } catch (e) {
     closeStaging(staging);
     throw new GpuckptError('HOST_MEMORY', `cannot make ${formatBytes(size)} of staging memory: ${(e as Error).message}`);
@@ -80,8 +87,7 @@ export async function stagingForShim(session: ShimSession, bytes: number, ready:
 export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory | undefined {
   size = Math.ceil(size / PAGE) * PAGE;
   const fileBytes = stagingFileBytes(size, env);
-  const parts: number[] = [];
-  for (let off = 0; off < size; off += fileBytes) parts.push(Math.min(fileBytes, size - off));
+  const parts = stagingParts(size, fileBytes);
   const room = parts.reduce((s, n) => s + Math.ceil(n / FILE_ALIGN) * FILE_ALIGN, FILE_ALIGN);
   const staging: StagingMemory = { fds: [], fileBytes, size, registerNs: 0 };
   let dir: string | undefined;

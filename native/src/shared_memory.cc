@@ -1,6 +1,7 @@
 #include "shared_memory.h"
 
 #include "js_values.h"
+#include "address_reserve.h"
 #include "page_drop.h"
 
 #include <fcntl.h>
@@ -41,24 +42,10 @@ constexpr uint64_t kMaxView = 1ULL << 32;
 
 namespace {
 
-// span bytes of address space whose start lies at offset's place in a
-// 2 MiB page: files of huge pages (staging on a tmpfs of them) are then
-// mapped by whole huge pages.
-uint8_t* ReserveAligned(uint64_t offset, uint64_t span) {
-  constexpr uint64_t kHuge = 2ULL << 20, kPage = 4096;
-  uint64_t whole = (span + kPage - 1) / kPage * kPage;
-  auto* p = static_cast<uint8_t*>(mmap(nullptr, whole + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-  if (p == MAP_FAILED) return p;
-  uint64_t skip = (offset - reinterpret_cast<uintptr_t>(p)) % kHuge;  // offset and p are whole pages
-  if (skip) munmap(p, skip);
-  if (kHuge > skip) munmap(p + skip + whole, kHuge - skip);
-  return p + skip;
-}
-
 // Maps [offset, offset+span) of the files laid end to end at a fresh
 // address (*base); 0 or an errno value, nothing left mapped on failure.
 int MapFileRange(const Napi::Array& fds, uint64_t file_bytes, uint64_t offset, uint64_t span, uint8_t** base) {
-  uint8_t* at_base = ReserveAligned(offset, span);
+  auto* at_base = static_cast<uint8_t*>(gp_reserve_aligned(span, offset));
   if (at_base == MAP_FAILED) return errno;
   for (uint64_t at = offset; at < offset + span;) {
     uint64_t file = at / file_bytes, in_file = at % file_bytes;

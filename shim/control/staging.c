@@ -17,6 +17,7 @@
 #include "../interpose/log.h"
 #include "../interpose/real_driver.h"
 #include "../interpose/shim.h"
+#include "address_reserve.h"
 #include "page_drop.h"
 #include "bounce.h"
 #include "detached.h"
@@ -260,28 +261,11 @@ void gp_staging_close_files(struct gp_staging *s)
     s->nfds = 0;
 }
 
-/* size bytes of address space reserved at a 2 MiB boundary: files of huge
- * pages (the controller's, on a tmpfs of them) are then mapped by whole
- * huge pages, which fault in, pin and unmap many times faster. */
-static void *reserve_aligned(uint64_t size)
-{
-    const uint64_t huge = 2ull << 20;
-    uint8_t *p = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return MAP_FAILED;
-    uint8_t *at = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
-    if (at > p)
-        munmap(p, (size_t)(at - p));
-    if (p + huge > at)
-        munmap(at + size, (size_t)(p + huge - at));
-    return at;
-}
-
 /* Maps size bytes of files of file_bytes end to end at one reserved range:
  * the given fds, or (given NULL) new memfds, kept in s->fds until sent. */
 static int map_files(struct gp_staging *s, uint64_t size, uint64_t file_bytes, const int *given)
 {
-    void *p = reserve_aligned(size);
+    void *p = gp_reserve_aligned(size, 0);
     if (p == MAP_FAILED)
         return -errno;
     *s = (struct gp_staging){ .base = p, .size = size, .file_bytes = file_bytes };
