@@ -59,7 +59,11 @@ function cctxFor(level: number, tuning: FrameTuning): InstanceType<typeof zstd.C
  */
 export function compressFrame(raw: Uint8Array, level = 1, tuning: FrameTuning = {}): Uint8Array {
   const out = new Uint8Array(zstd.compressBound(raw.length));
-  const n = cctxFor(level, tuning).compress2(out, raw);
+  return handedOver(out, cctxFor(level, tuning).compress2(out, raw));
+}
+
+/** The first n bytes of out as a frame is handed over: a view near the bound, else copied to its length (compressFrame says why). */
+function handedOver(out: Uint8Array, n: number): Uint8Array {
   return n < out.length * 0.75 ? out.slice(0, n) : out.subarray(0, n);
 }
 
@@ -79,7 +83,7 @@ export function compressPlanes(planes: Uint8Array, size: 2 | 4, stored: number, 
     const into = out.subarray(n);
     n += stored & (1 << k) ? native().storedZstdFrame(planes.subarray(a, b), into) : cctxFor(level, tuning).compress2(into, planes.subarray(a, b));
   });
-  return n < out.length * 0.75 ? out.slice(0, n) : out.subarray(0, n);
+  return handedOver(out, n);
 }
 
 /** The length of compressFrame(raw, level, tuning), into memory it reuses (a sample, judged by its size). */
