@@ -79,6 +79,13 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     expect(box.cli(['restore', image, '--into', String(app.pid)], env).code).toBe(0);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
     expect(hugeMounts()).toEqual([]);
+    // Loaded through staging on huge pages too, which the shim takes as given.
+    await app.command('mutate');
+    const rs = box.cli(['restore', image, '--into', String(app.pid)], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_LOG: 'debug' });
+    expect(rs.code).toBe(0);
+    expect(rs.stderr).toMatch(/staging: .* of staging to load on huge pages, \d+ files/);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    expect(hugeMounts()).toEqual([]);
   });
 
   it("is what the snapshot holder keeps while CRIU dumps: a pool image failing then resumes the process from it, with its data", async () => {

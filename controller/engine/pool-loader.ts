@@ -21,7 +21,7 @@ import { frameLabel, type AllocationRecord, type ImageReader } from '../image/in
 import { Limiter } from '../base/limiter.js';
 import { Progress } from '../base/progress.js';
 import { closeStaging, releaseStaging, type ShimSession, type StagingMemory } from '../adapters/session.js';
-import { createStaging } from './staging-files.js';
+import { newStaging } from './staging-files.js';
 import { batches, MAX_RANGES_PER_COPY, packAll, packedBytes, stagingBytes } from './staging-plan.js';
 import { verifyFrames } from './verify-frames.js';
 import type { CopyRange } from '../../native/index.js';
@@ -75,7 +75,7 @@ export class PoolLoader {
       const sources: Source[] = plan.map((s) => ({ ...s, length: s.frame.length }));
       const rawBytes = sources.reduce((sum, s) => sum + BigInt(s.length), 0n);
       clock.mark('chain');
-      staging = createStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
+      staging = newStaging(stagingBytes(rawBytes, sources.length, opts.stagingLimit));
       clock.mark('staging');
       codecs = opts.codecs ?? new CodecPool(opts.workers);
       await codecs.mapStaging(staging);

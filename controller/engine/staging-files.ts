@@ -3,8 +3,9 @@
  * cannot shrink, that the codec workers fill and the shim maps once given
  * them (gpuckpt_protocol.h, GPCK_STAGING_GIVEN). Made here, a restore can
  * decompress an image before the process it goes to exists: while CRIU
- * brings it back. With GPUCKPT_HUGE_STAGING=1, a pool image's staging is
- * made here too, as files on a tmpfs of huge pages (hugeStaging).
+ * brings it back. With GPUCKPT_HUGE_STAGING=1, staging is files on a tmpfs
+ * of huge pages (hugeStaging), for a restore's loading (newStaging) and for
+ * a pool image, whose staging is then made here too (stagingForShim).
  *
  * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (32 MiB) each,
  * more when that would take more than MAX_STAGING_FILES, whole 2 MiB; the
@@ -53,13 +54,25 @@ export function createStaging(size: number, env: NodeJS.ProcessEnv = process.env
   return staging;
 }
 
+/** Whether staging is to be on huge pages (GPUCKPT_HUGE_STAGING=1). */
+function hugeWanted(env: NodeJS.ProcessEnv): boolean {
+  return env.GPUCKPT_HUGE_STAGING === '1';
+}
+
+/** size bytes of staging this process fills: on huge pages where wanted and the mount is allowed, else memfds. */
+export function newStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory {
+  const huge = hugeWanted(env) ? hugeStaging(size, env) : undefined;
+  if (huge) log('debug', 'staging', `${formatBytes(huge.size)} of staging to load on huge pages, ${huge.fds.length} files`);
+  return huge ?? createStaging(size, env);
+}
+
 /**
  * A pool image's staging for the shim: on huge pages where
  * GPUCKPT_HUGE_STAGING=1 and the mount is allowed, else the shim's own
  * memfds. ready: prepared (faulted in, pinned) before this returns.
  */
 export async function stagingForShim(session: ShimSession, bytes: number, ready: boolean): Promise<StagingMemory> {
-  const huge = process.env.GPUCKPT_HUGE_STAGING === '1' ? hugeStaging(bytes) : undefined;
+  const huge = hugeWanted(process.env) ? hugeStaging(bytes) : undefined;
   if (huge) {
     try {
       await session.giveStaging(huge, false, ready);
