@@ -1,12 +1,14 @@
 /**
- * Staging on huge pages (GPUCKPT_HUGE_STAGING=1, engine/staging-files.ts
+ * Staging on huge pages (the default where the mount is allowed;
+ * GPUCKPT_HUGE_STAGING=0 turns it off; engine/staging-files.ts
  * hugeStaging): files on a tmpfs of huge pages of their own, unlinked, the
  * mount detached at once; the shim takes them as given staging
  * (GPCK_STAGING_GIVEN: such files cannot be sealed, the shim takes them
  * unlinked on a tmpfs). End to end with the fake driver: a gpu-only image
- * restored bit for bit, and a whole-process checkpoint whose pool image
- * fails, the process resumed from the snapshot holder's copy of those
- * files. Skipped, with the reason, where this machine refuses the mount.
+ * restored bit for bit, each way, and a whole-process checkpoint whose
+ * pool image fails, the process resumed from the snapshot holder's copy of
+ * those files. Skipped, with the reason, where this machine refuses the
+ * mount.
  */
 import { describe, expect, it } from 'vitest';
 import { fstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
@@ -71,7 +73,7 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
   it('carries a gpu-only image, restored bit for bit', async () => {
     const { app, ready } = await box.start(APPS.linked, { env });
     const image = box.path('huge-gpu-only');
-    const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_LOG: 'debug' });
+    const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], { ...env, GPUCKPT_LOG: 'debug' });
     expect(ck.code).toBe(0);
     expect(ck.stderr).toMatch(new RegExp(`staging: process ${app.pid}: .* of staging on huge pages, \\d+ files`));
     expect(ck.stderr).not.toMatch(/did not take staging on huge pages|refused the controller's staging/);
@@ -81,17 +83,30 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     expect(hugeMounts()).toEqual([]);
     // Loaded through staging on huge pages too, which the shim takes as given.
     await app.command('mutate');
-    const rs = box.cli(['restore', image, '--into', String(app.pid)], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_LOG: 'debug' });
+    const rs = box.cli(['restore', image, '--into', String(app.pid)], { ...env, GPUCKPT_LOG: 'debug' });
     expect(rs.code).toBe(0);
     expect(rs.stderr).toMatch(/staging: .* of staging to load on huge pages, \d+ files/);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
     expect(hugeMounts()).toEqual([]);
   });
 
+  it("is left out with GPUCKPT_HUGE_STAGING=0: the shim's memfds carry the image, and memfds load it", async () => {
+    const { app, ready } = await box.start(APPS.linked, { env });
+    const image = box.path('memfd-gpu-only');
+    const off = { ...env, GPUCKPT_HUGE_STAGING: '0', GPUCKPT_LOG: 'debug' };
+    const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], off);
+    expect(ck.code).toBe(0);
+    await app.command('mutate');
+    const rs = box.cli(['restore', image, '--into', String(app.pid)], off);
+    expect(rs.code).toBe(0);
+    expect(`${ck.stderr}${rs.stderr}`).not.toMatch(/huge pages/);
+    expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+  });
+
   it("is what the snapshot holder keeps while CRIU dumps: a pool image failing then resumes the process from it, with its data", async () => {
     const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
     const out = box.path('huge-pool-unwritten');
-    const r = box.cli(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_HUGE_STAGING: '1', GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug' });
+    const r = box.cli(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug' });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`of staging on huge pages`));
     expect(r.stderr).toMatch(new RegExp(`suspend ${app.pid}: hand-off done`));

@@ -3,9 +3,10 @@
  * cannot shrink, that the codec workers fill and the shim maps once given
  * them (gpuckpt_protocol.h, GPCK_STAGING_GIVEN). Made here, a restore can
  * decompress an image before the process it goes to exists: while CRIU
- * brings it back. With GPUCKPT_HUGE_STAGING=1, staging is files on a tmpfs
- * of huge pages (hugeStaging), for a restore's loading (newStaging) and for
- * a pool image, whose staging is then made here too (stagingForShim).
+ * brings it back. Staging is files on a tmpfs of huge pages (hugeStaging)
+ * where the mount is allowed, unless GPUCKPT_HUGE_STAGING=0: for a restore's
+ * loading (newStaging) and for a pool image, whose staging is then made
+ * here too (stagingForShim).
  *
  * Files are as the shim makes its own: GPUCKPT_STAGING_FILE (32 MiB) each,
  * more when that would take more than MAX_STAGING_FILES, whole 2 MiB; the
@@ -54,9 +55,9 @@ export function createStaging(size: number, env: NodeJS.ProcessEnv = process.env
   return staging;
 }
 
-/** Whether staging is to be on huge pages (GPUCKPT_HUGE_STAGING=1). */
+/** Whether staging is to be on huge pages: unless GPUCKPT_HUGE_STAGING=0. */
 function hugeWanted(env: NodeJS.ProcessEnv): boolean {
-  return env.GPUCKPT_HUGE_STAGING === '1';
+  return env.GPUCKPT_HUGE_STAGING !== '0';
 }
 
 /** size bytes of staging this process fills: on huge pages where wanted and the mount is allowed, else memfds. */
@@ -67,9 +68,9 @@ export function newStaging(size: number, env: NodeJS.ProcessEnv = process.env): 
 }
 
 /**
- * A pool image's staging for the shim: on huge pages where
- * GPUCKPT_HUGE_STAGING=1 and the mount is allowed, else the shim's own
- * memfds. ready: prepared (faulted in, pinned) before this returns.
+ * A pool image's staging for the shim: on huge pages where wanted and the
+ * mount is allowed, else the shim's own memfds. ready: prepared (faulted
+ * in, pinned) before this returns.
  */
 export async function stagingForShim(session: ShimSession, bytes: number, ready: boolean): Promise<StagingMemory> {
   const huge = hugeWanted(process.env) ? hugeStaging(bytes) : undefined;
