@@ -205,6 +205,38 @@ describe('CRIU pages', () => {
     await scratch.cleanup();
   });
 
+  it("counts zero pages by file: a process's file below the plan's worth is unpacked as it is, beside one above it left out", async () => {
+    const dir = join(root, 'memory-by-file');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '501', '502');
+    await packCriuPages(dir, { workers: 2 });
+    const index = JSON.parse(readFileSync(join(dir, PACKED_INDEX), 'utf8'));
+    const zeroBytes = (name: string) => index.files.find((f: { name: string }) => f.name === name).zeroPages.filter((_: number, i: number) => i % 2).reduce((a: number, b: number) => a + b, 0) * PAGE;
+    const [more, fewer] = ['pages-1.img', 'pages-2.img'].sort((a, b) => zeroBytes(b) - zeroBytes(a));
+    expect(zeroBytes(fewer!)).toBeGreaterThan(0);
+    expect(zeroBytes(more!)).toBeGreaterThan(zeroBytes(fewer!));
+    // Above the fewer file's zero pages, below the other's, and below both together.
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: zeroBytes(fewer!) + PAGE });
+    const pagemapOf = (file: string) => processPagemaps(dir).find((pm: { pagesFile: string }) => pm.pagesFile === file).name;
+    expect(lstatSync(join(scratch.dir, pagemapOf(more!))).isSymbolicLink()).toBe(false);
+    expect(lstatSync(join(scratch.dir, pagemapOf(fewer!))).isSymbolicLink()).toBe(true);
+    expect(statSync(join(scratch.dir, fewer!)).size).toBe(index.files.find((f: { name: string }) => f.name === fewer).rawBytes);
+    expect(scratch.pages.leftOutBytes).toBeGreaterThan(0);
+    expect(fakeMemory('check', scratch.dir).status).toBe(0);
+    await scratch.cleanup();
+  });
+
+  it('decodes the entries of the pagemaps it is asked for only', () => {
+    const dir = join(root, 'memory-heads');
+    mkdirSync(dir);
+    fakeMemory('dump', dir, '601', '602');
+    const all = processPagemaps(dir);
+    const some = processPagemaps(dir, (file: string) => file === 'pages-1.img');
+    expect(some.map((pm: { name: string; pagesFile: string }) => [pm.name, pm.pagesFile])).toEqual(all.map((pm: { name: string; pagesFile: string }) => [pm.name, pm.pagesFile]));
+    for (const pm of some) expect(pm.entries).toEqual(pm.pagesFile === 'pages-1.img' ? all.find((a: { name: string }) => a.name === pm.name).entries : []);
+    expect(all.every((pm: { entries: unknown[] }) => pm.entries.length > 0)).toBe(true);
+  });
+
   it("a page the index calls zero that is not is refused as damage; a pagemap with a parent image's pages is left as it is", async () => {
     const dir = join(root, 'memory-damaged');
     mkdirSync(dir);

@@ -53,22 +53,28 @@ export interface ProcessPagemap {
   entries: PagemapEntry[];
 }
 
-/** The pagemap of every process CRIU dumped into dir (its pagemap-PID.img; shared memory's pagemaps are not a process's). */
-export function processPagemaps(dir: string): ProcessPagemap[] {
+/**
+ * The pagemap of every process CRIU dumped into dir (its pagemap-PID.img;
+ * shared memory's pagemaps are not a process's). Entries are decoded only
+ * for the pages files entriesOf takes (all by default): a rank's pagemap
+ * has tens of thousands.
+ */
+export function processPagemaps(dir: string, entriesOf: (pagesFile: string) => boolean = () => true): ProcessPagemap[] {
   return readdirSync(dir)
     .map((name) => /^pagemap-(\d+)\.img$/.exec(name))
     .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => decodeCriu(dir, m[0], () => readPagemap(dir, m[0], Number(m[1]))));
+    .map((m) => decodeCriu(dir, m[0], () => readPagemap(dir, m[0], Number(m[1]), entriesOf)));
 }
 
-function readPagemap(dir: string, name: string, pid: number): ProcessPagemap {
+function readPagemap(dir: string, name: string, pid: number, entriesOf: (pagesFile: string) => boolean): ProcessPagemap {
   const [head, ...rest] = criuEntries(dir, name, PAGEMAP_MAGIC, false);
   if (!head) throw new Error('no pagemap head');
   let pagesId = -1;
   for (const f of protoFields(head)) if (f.field === 1 && f.value !== undefined) pagesId = Number(f.value);
   if (pagesId < 0) throw new Error('pagemap head without pages_id');
-  const entries = rest.map(readPagemapEntry);
-  return { pid, name, pagesFile: `pages-${pagesId}.img`, pagesId, entries };
+  const pagesFile = `pages-${pagesId}.img`;
+  const entries = entriesOf(pagesFile) ? rest.map(readPagemapEntry) : [];
+  return { pid, name, pagesFile, pagesId, entries };
 }
 
 /** One pagemap_entry, its varints read in Number arithmetic (no generator, no BigInt: there are tens of thousands). */

@@ -177,8 +177,8 @@ export interface CriuScratch {
  * Unpacks dir (CRIU's part of image) for a restore (until signal aborts
  * it) into a scratch directory (criu-scratch.ts). Every frame is checked
  * first by zstd: a damaged image is refused before any process runs. Zero pages of
- * private anonymous memory are left out where the index holds at least
- * leaveOutZerosFrom bytes of them (default PLAN_MIN_ZERO_BYTES).
+ * private anonymous memory are left out of each pages file that holds at
+ * least leaveOutZerosFrom bytes of them (default PLAN_MIN_ZERO_BYTES).
  */
 export async function unpackCriuDir(dir: string, opts: { workers?: number; codecs?: CodecPool; signal?: AbortSignal; leaveOutZerosFrom?: number } = {}): Promise<CriuScratch> {
   const t0 = performance.now();
@@ -247,20 +247,22 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
 }
 
 /**
- * Fewer zero pages than this in the index are not worth leaving out: the
- * plan decodes every pagemap entry (0.05-0.09 s on the main thread for
- * issue 26's PyTorch job, before CRIU can start), and CRIU copies pages into
- * fresh memory at about 1.2 GB/s (2x H200), so 64 MiB cost it about as
- * much. Since the shim keeps the driver's zero pages out of the dump, that
- * job's images hold 1-2 MB of zero pages.
+ * Fewer zero pages than this in a pages file are not worth leaving out:
+ * the plan decodes its pagemap's entries (0.05-0.09 s on the main thread
+ * for issue 26's PyTorch job, before the first frame is unpacked), and
+ * CRIU copies pages into fresh memory at about 1.2 GB/s (2x H200), so
+ * 64 MiB cost it about as much. Counted by file: each process's CRIU copies
+ * its own pages, the processes at once, while the plan decodes one
+ * pagemap after another (a 2-rank DDP job's, both under it: 0.078 s that
+ * the unpacking and the checks waited for). Since the shim keeps the
+ * driver's zero pages out of the dump, these images hold little of them.
  */
 const PLAN_MIN_ZERO_BYTES = 64 << 20;
 
-/** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so: none below fromBytes of them. */
+/** The zero pages a restore from dir leaves out of each pages file, with the pagemaps that say so: none of a file with fewer than fromBytes. */
 function zeroDrops(dir: string, index: PackedIndex, fromBytes: number): ZeroDrop[] {
-  const zero = zeroRunsOf(index);
-  const zeroBytes = [...zero.values()].reduce((n, runs) => n + runsPages(runs), 0) * PAGE_BYTES;
-  if (!zero.size || zeroBytes < fromBytes) return [];
+  const zero = new Map([...zeroRunsOf(index)].filter(([, runs]) => runsPages(runs) * PAGE_BYTES >= fromBytes));
+  if (!zero.size) return [];
   return planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes])));
 }
 

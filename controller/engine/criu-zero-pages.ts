@@ -30,7 +30,7 @@ const P = PAGE_BYTES;
  * for the file exactly.
  */
 export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
-  const pagemaps = processPagemaps(dir);
+  const pagemaps = processPagemaps(dir, (file) => zeroPages.has(file));
   const users = new Map<string, number>();
   for (const pm of pagemaps) users.set(pm.pagesFile, (users.get(pm.pagesFile) ?? 0) + 1);
   const out: ZeroDrop[] = [];
