@@ -55,14 +55,9 @@ export function createStaging(size: number, env: NodeJS.ProcessEnv = process.env
   return staging;
 }
 
-/** Whether staging is to be on huge pages: unless GPUCKPT_HUGE_STAGING=0. */
-function hugeWanted(env: NodeJS.ProcessEnv): boolean {
-  return env.GPUCKPT_HUGE_STAGING !== '0';
-}
-
 /** size bytes of staging this process fills: on huge pages where wanted and the mount is allowed, else memfds. */
 export function newStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory {
-  const huge = hugeWanted(env) ? hugeStaging(size, env) : undefined;
+  const huge = hugeStaging(size, env);
   if (huge) log('debug', 'staging', `${formatBytes(huge.size)} of staging to load on huge pages, ${huge.fds.length} files`);
   return huge ?? createStaging(size, env);
 }
@@ -73,7 +68,7 @@ export function newStaging(size: number, env: NodeJS.ProcessEnv = process.env): 
  * in, pinned) before this returns.
  */
 export async function stagingForShim(session: ShimSession, bytes: number, ready: boolean): Promise<StagingMemory> {
-  const huge = hugeWanted(process.env) ? hugeStaging(bytes) : undefined;
+  const huge = hugeStaging(bytes);
   if (huge) {
     try {
       await session.giveStaging(huge, false, ready);
@@ -95,10 +90,12 @@ export async function stagingForShim(session: ShimSession, bytes: number, ready:
  * is mounted in a directory of its own, sized to every huge page the files
  * can take (a fault past it would be a SIGBUS in the application), the
  * files made and unlinked, and the mount detached at once: they live as
- * long as their fds and mappings, reached by no path. Undefined where the
- * mount is refused (not root, a container without CAP_SYS_ADMIN).
+ * long as their fds and mappings, reached by no path. Undefined with
+ * GPUCKPT_HUGE_STAGING=0, and where the mount is refused (not root, a
+ * container without CAP_SYS_ADMIN).
  */
 export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory | undefined {
+  if (env.GPUCKPT_HUGE_STAGING === '0') return undefined;
   size = Math.ceil(size / PAGE) * PAGE;
   const fileBytes = stagingFileBytes(size, env);
   const parts = stagingParts(size, fileBytes);
