@@ -21,13 +21,15 @@
 //   distributed/bench     (GPU_TEST_DDP_BENCH=1, or npm run bench): the job's
 //                         times beside one rank alone and beside a single
 //                         process of the same total memory, GPU_TEST_DDP_RUNS
-//                         runs each (default 3); medians to $BENCH_OUT, else
-//                         $OUT, as ddp.json (bench-report.mjs). The anchor
-//                         (driver API + CRIU) is tried on the job too.
+//                         runs each (default 3), the shapes taking turns;
+//                         medians to $BENCH_OUT, else $OUT, as ddp.json
+//                         (bench-report.mjs). The anchor (driver API +
+//                         CRIU) is tried on the job too.
 //                         GPU_TEST_DDP_SHAPES (job,rank,single) picks the
 //                         shapes; GPU_TEST_DDP_CYCLES adds checkpoint and
-//                         restore cycles with CRIU's pages raw and restores
-//                         from a cold page cache (raw,cold,raw_cold);
+//                         restore cycles with CRIU's pages raw, restores
+//                         from a cold page cache and restores through a
+//                         scratch of huge pages (raw,cold,raw_cold,huge);
 //                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
 //                         on each shape's first image, and smaps_top.mjs on
 //                         its processes while suspended; BENCH_TRACE=1 keeps
@@ -291,84 +293,101 @@ export async function runDistributed(h) {
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
 
-  /** One shape (nproc ranks of gib GiB buffers each) through each verb, runs times; metrics under prefix. */
   // GPU_TEST_DDP_CYCLES: which whole-job checkpoint-and-restore cycles each run makes (zstd first, always).
-  const cycles = [{}, ...(process.env.GPU_TEST_DDP_CYCLES ?? '').split(',').filter(Boolean).map((c) => ({ raw: c.includes('raw'), cold: c.includes('cold') }))];
+  const cycles = [{}, ...(process.env.GPU_TEST_DDP_CYCLES ?? '').split(',').filter(Boolean).map((c) => ({ raw: c.includes('raw'), cold: c.includes('cold'), huge: c.includes('huge') }))];
   /** Drops an image's files from the page cache (GNU dd, iflag=nocache): a restore that reads them from the disk. */
   const dropFromCache = (dir) => {
     for (const f of fs.readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()))
       spawnSync('dd', [`if=${path.join(f.parentPath ?? f.path, f.name)}`, 'iflag=nocache', 'count=0', 'status=none']);
   };
 
-  async function benchShape(prefix, nproc, gib, runs, add) {
+  /** A shape's job (nproc ranks of gib GiB buffers each), started; its metrics go under prefix. */
+  function startShape(prefix, nproc, gib) {
     const dir = fs.mkdtempSync(path.join(tmpRoot, `bench-${prefix}-`));
     const args = ['torchrun', '--standalone', `--nproc_per_node=${nproc}`, SCRIPT];
     const job = startJob(dir, 'bench', args, { ...ENV, DDP_OUT: dir, DDP_STEPS: '100000', DDP_STEP_SLEEP: '0.05', DDP_BUFFER_GIB: String(gib), ...appTraceEnv() });
-    const n = () => lines(dir, 0).length;
-    try {
-      await untilStep(dir, 3, `${prefix}: start`, 120_000, nproc);
-      for (const r of ranksOf(job)) started.add(r);
-      for (let i = 0; i < runs; i++) {
-        const g = await cliJson(['checkpoint', String(job), '--gpu-only', '-o', path.join(dir, 'G'), '--json'], 600_000);
-        add(`${prefix}_gpu_only_pause_s`, g.pauseSeconds);
-        add(`${prefix}_gpu_only_s`, g.seconds);
-        fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
-        const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
-        const s = await cliJson(['suspend', String(job), '--json'], 600_000);
-        add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
-        // Where each process's memory lies while suspended (the pool held in its own
-        // memory: a checkpoint hands that off before CRIU dumps, so this is not CRIU's view).
-        if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
-          for (const pid of members) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/smaps_top.mjs'), String(pid), '12'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${prefix} smaps: `));
-        const r = await cliJson(['resume', String(job), '--json'], 600_000);
-        add(`${prefix}_resume_s`, r.seconds);
-        await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
-        let c, restoreSeconds;
-        for (const cycle of cycles) {
-          // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first).
-          const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}`;
-          const C = path.join(dir, 'C');
-          const name = `ddp-${tag}-${i + 1}`;
-          const tree = [job, ...ranksOf(job)];
-          const ck = await traced(h, ['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], `${name}-checkpoint`);
-          keepCriuLog(path.join(C, 'criu', 'dump.log'), `${name}-dump`);
-          // Gone and reaped (init here reaps orphans up to a second late): the restore is timed, not this host's init.
-          await untilPidsFree(tree, `${tag}: after checkpoint`, 60_000);
-          add(`${tag}_ckpt_s`, ck.seconds);
-          add(`${tag}_image_bytes`, du(C));
-          if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));
-          if (cycle.cold) dropFromCache(C);
-          const t0 = performance.now();
-          const rs = await traced(h, ['restore', C, '--detach', '--json'], `${name}-restore`);
-          keepCriuLog(keptRestoreLog(`${name}-restore`), `${name}-restore`);
-          add(`${tag}_restore_s`, (performance.now() - t0) / 1000);
-          fs.rmSync(C, { recursive: true, force: true });
-          await untilStep(dir, n() + 2, `${tag}: after restore`, 120_000, nproc);
-          if (cycle.raw || cycle.cold) continue;
-          c = ck;
-          restoreSeconds = (performance.now() - t0) / 1000;
-          add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);
-          add(`${prefix}_ckpt_dump_s`, c.dumpSeconds);
-          add(`${prefix}_pool_bytes`, c.rawBytes);
-          add(`${prefix}_ckpt_sync_s`, c.syncSeconds);
-          add(`${prefix}_ckpt_pages_s`, c.criuPages?.seconds ?? 0);
-          add(`${prefix}_ckpt_pages_stored_bytes`, c.criuPages?.storedBytes ?? 0);
-          add(`${prefix}_restore_criu_s`, rs.criuSeconds);
-          add(`${prefix}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
-          for (const [k, v] of Object.entries(c.phases ?? {})) add(`${prefix}_ckpt_phase_${k}_s`, v);
-          for (const [k, v] of Object.entries(rs.phases ?? {})) add(`${prefix}_restore_phase_${k}_s`, v);
-          // The slowest member's suspend, step by step.
-          for (const k of new Set((c.suspendPhases ?? []).flatMap(Object.keys))) add(`${prefix}_ckpt_suspend_${k}_s`, Math.max(...c.suspendPhases.map((p) => p[k] ?? 0)));
-        }
-        say(`# ${prefix} run ${i + 1}: gpu-only pause ${g.pauseSeconds} s, suspend ${s.gpuFreeSeconds} s, resume ${r.seconds} s, checkpoint ${c.seconds} s, restore ${restoreSeconds.toFixed(2)} s`);
-      }
-      return job;
-    } catch (e) {
-      endAll();
-      throw e;
-    } finally {
-      keepAppLog(path.join(dir, 'bench.log'), `ddp-${prefix}`);
+    return { prefix, nproc, dir, job, n: () => lines(dir, 0).length };
+  }
+
+  /** Run i of a shape through each verb. */
+  async function runShape({ prefix, nproc, dir, job, n }, i, add) {
+    const g = await cliJson(['checkpoint', String(job), '--gpu-only', '-o', path.join(dir, 'G'), '--json'], 600_000);
+    add(`${prefix}_gpu_only_pause_s`, g.pauseSeconds);
+    add(`${prefix}_gpu_only_s`, g.seconds);
+    fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
+    const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
+    const s = await cliJson(['suspend', String(job), '--json'], 600_000);
+    add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
+    // Where each process's memory lies while suspended (the pool held in its own
+    // memory: a checkpoint hands that off before CRIU dumps, so this is not CRIU's view).
+    if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
+      for (const pid of members) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/smaps_top.mjs'), String(pid), '12'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${prefix} smaps: `));
+    const r = await cliJson(['resume', String(job), '--json'], 600_000);
+    add(`${prefix}_resume_s`, r.seconds);
+    await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
+    let c, restoreSeconds;
+    for (const cycle of cycles) {
+      // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first), or through a scratch of huge pages.
+      const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}${cycle.huge ? '_huge' : ''}`;
+      const C = path.join(dir, 'C');
+      const name = `ddp-${tag}-${i + 1}`;
+      const tree = [job, ...ranksOf(job)];
+      const ck = await traced(h, ['checkpoint', String(job), '-o', C, '--json', ...(cycle.raw ? ['--raw-criu-pages'] : [])], `${name}-checkpoint`);
+      keepCriuLog(path.join(C, 'criu', 'dump.log'), `${name}-dump`);
+      // Gone and reaped (init here reaps orphans up to a second late): the restore is timed, not this host's init.
+      await untilPidsFree(tree, `${tag}: after checkpoint`, 60_000);
+      add(`${tag}_ckpt_s`, ck.seconds);
+      add(`${tag}_image_bytes`, du(C));
+      if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));
+      if (cycle.cold) dropFromCache(C);
+      const t0 = performance.now();
+      const rs = await traced(h, ['restore', C, '--detach', '--json'], `${name}-restore`, cycle.huge ? { GPUCKPT_HUGE_SCRATCH: '1' } : {});
+      keepCriuLog(keptRestoreLog(`${name}-restore`), `${name}-restore`);
+      add(`${tag}_restore_s`, (performance.now() - t0) / 1000);
+      if (cycle.huge) add(`${tag}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
+      fs.rmSync(C, { recursive: true, force: true });
+      await untilStep(dir, n() + 2, `${tag}: after restore`, 120_000, nproc);
+      if (cycle.raw || cycle.cold || cycle.huge) continue;
+      c = ck;
+      restoreSeconds = (performance.now() - t0) / 1000;
+      add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);
+      add(`${prefix}_ckpt_dump_s`, c.dumpSeconds);
+      add(`${prefix}_pool_bytes`, c.rawBytes);
+      add(`${prefix}_ckpt_sync_s`, c.syncSeconds);
+      add(`${prefix}_ckpt_pages_s`, c.criuPages?.seconds ?? 0);
+      add(`${prefix}_ckpt_pages_stored_bytes`, c.criuPages?.storedBytes ?? 0);
+      add(`${prefix}_restore_criu_s`, rs.criuSeconds);
+      add(`${prefix}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
+      for (const [k, v] of Object.entries(c.phases ?? {})) add(`${prefix}_ckpt_phase_${k}_s`, v);
+      for (const [k, v] of Object.entries(rs.phases ?? {})) add(`${prefix}_restore_phase_${k}_s`, v);
+      // The slowest member's suspend, step by step.
+      for (const k of new Set((c.suspendPhases ?? []).flatMap(Object.keys))) add(`${prefix}_ckpt_suspend_${k}_s`, Math.max(...c.suspendPhases.map((p) => p[k] ?? 0)));
     }
+    say(`# ${prefix} run ${i + 1}: gpu-only pause ${g.pauseSeconds} s, suspend ${s.gpuFreeSeconds} s, resume ${r.seconds} s, checkpoint ${c.seconds} s, restore ${restoreSeconds.toFixed(2)} s`);
+  }
+
+  /**
+   * Every shape runs at once, and their runs take turns (job, rank, single,
+   * job, ...): a host's drift (its page cache, fragmented memory, a first
+   * run's cold start) falls on every shape alike, not on the one run first.
+   * The shapes not being timed wait suspended, their GPUs and cores idle.
+   */
+  async function benchShapes(shapes, runs, add) {
+    for (const sh of shapes) await untilStep(sh.dir, 3, `${sh.prefix}: start`, 180_000, sh.nproc);
+    for (const sh of shapes) for (const r of ranksOf(sh.job)) started.add(r);
+    const park = (sh) => cliJson(['suspend', String(sh.job), '--json'], 600_000);
+    const unpark = async (sh) => {
+      await cliJson(['resume', String(sh.job), '--json'], 600_000);
+      await untilStep(sh.dir, sh.n() + 2, `${sh.prefix}: after its turn's resume`, 120_000, sh.nproc);
+    };
+    if (shapes.length > 1) for (const sh of shapes) await park(sh);
+    for (let i = 0; i < runs; i++)
+      for (const sh of shapes) {
+        if (shapes.length > 1) await unpark(sh);
+        await runShape(sh, i, add);
+        if (shapes.length > 1) await park(sh);
+      }
+    if (shapes.length > 1) for (const sh of shapes) await unpark(sh);
   }
 
   /** The anchor on the running job: the driver's lock and checkpoint of every rank (each bounded), then CRIU. */
@@ -402,16 +421,19 @@ export async function runDistributed(h) {
     const shapes = (process.env.GPU_TEST_DDP_SHAPES ?? 'job,rank,single').split(',');
     let anchor = 'not tried';
     try {
-      if (shapes.includes('job')) {
-        const job = await benchShape('job', 2, gib, runs, add);
-        anchor = anchorOn(job);
-        say(`# anchor on the 2-rank job: ${anchor}`);
-        endAll();
-      }
-      if (shapes.includes('rank')) await benchShape('rank', 1, gib, runs, add);
-      endAll();
       // One process of the job's total memory: its buffer takes the second rank's pool too.
-      if (shapes.includes('single')) await benchShape('single', 1, 2 * gib + 1, runs, add);
+      const sizes = { job: [2, gib], rank: [1, gib], single: [1, 2 * gib + 1] };
+      const benched = shapes.map((name) => startShape(name, ...sizes[name]));
+      try {
+        await benchShapes(benched, runs, add);
+      } finally {
+        for (const sh of benched) keepAppLog(path.join(sh.dir, 'bench.log'), `ddp-${sh.prefix}`);
+      }
+      const job = benched.find((sh) => sh.prefix === 'job');
+      if (job) {
+        anchor = anchorOn(job.job);
+        say(`# anchor on the 2-rank job: ${anchor}`);
+      }
     } finally {
       endAll();
     }

@@ -11,13 +11,14 @@ function traceDir() {
 }
 
 /**
- * h.cliJson, and with BENCH_TRACE=1 the command's debug trace (each line
- * stamped with the seconds since it started) kept in $OUT/trace-<name>.log.
+ * h.cliJson (env: more of the command's environment), and with
+ * BENCH_TRACE=1 the command's debug trace (each line stamped with the
+ * seconds since it started) kept in $OUT/trace-<name>.log.
  */
-export async function traced(h, args, name) {
+export async function traced(h, args, name, env = {}) {
   const dir = traceDir();
-  if (!dir) return h.cliJson(args, 600_000);
-  return h.cliJson(args, 600_000, { GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
+  if (!dir) return h.cliJson(args, 600_000, env);
+  return h.cliJson(args, 600_000, { ...env, GPUCKPT_LOG: 'debug' }, { stderrTo: path.join(dir, `trace-${name}.log`) });
 }
 
 /** A log kept in $OUT as name, when BENCH_TRACE=1 and the log exists. */

@@ -2,11 +2,14 @@
 # What a CRIU per rank would give a distributed job's checkpoint (issue 25:
 # one CRIU dumps the launcher, then each rank, one after another). The
 # 2-rank DDP job of the GPU tests runs under gpuckpt run and is suspended
-# (its GPUs free, each rank's driver state in its host memory), then
+# (its GPUs free, each rank's driver state in its host memory, its pool
+# in an image), then
 # dumped with --leave-running, ROUNDS times each way:
 #   tree: the launcher's tree by one CRIU, as a checkpoint does today;
 #   apart: each rank by a CRIU of its own, both at once;
-#   serial: each rank by a CRIU of its own, one after the other.
+#   serial: each rank by a CRIU of its own, one after the other;
+# and the tree's dump into the work directory, /dev/shm and a tmpfs of
+# huge pages, to see whether where CRIU writes bounds it.
 # Then it is resumed and must train on. Prints each CRIU's time and pages.
 # Needs torchrun, criu, 2 GPUs and a built gpuckpt (root).
 #   bash test/gpu/probes/criu_rank_dumps.sh [ROUNDS] [GIB] [WORK_DIR]
@@ -28,6 +31,9 @@ criu() { LD_PRELOAD="$([ -f "$compat" ] && echo "$compat")" command criu "$@"; }
 DDP_OUT="$work/out" DDP_STEPS=100000 DDP_STEP_SLEEP=0.05 DDP_BUFFER_GIB="$gib" \
   "$root/bin/gpuckpt" run -- torchrun --standalone --nproc_per_node=2 "$root/test/gpu/apps/ddp_train.py" >"$work/job.log" 2>&1 &
 job=$!
+# Ended however the probe ends (timeout's SIGTERM included).
+trap 'kill $job 2>/dev/null' EXIT
+trap 'exit 1' TERM INT
 until [ "$(cat "$work/out"/rank*.txt 2>/dev/null | wc -l)" -ge 10 ]; do
   kill -0 $job 2>/dev/null || { echo "# the job did not start: $(tail -3 "$work/job.log")"; exit 1; }
   sleep 0.5
@@ -36,15 +42,22 @@ done
 ranks=()
 for c in $(cat /proc/$job/task/*/children); do grep -q libgpuckpt /proc/$c/maps 2>/dev/null && ranks+=("$c"); done
 echo "# launcher $job, ranks ${ranks[*]}"
-"$root/bin/gpuckpt" suspend "$job" >"$work/suspend.log" 2>&1 || { echo "# suspend failed: $(tail -1 "$work/suspend.log")"; kill $job; exit 1; }
+# The pools into an image (--to): as in a checkpoint, CRIU then dumps no staging.
+"$root/bin/gpuckpt" suspend "$job" --to "$work/held" >"$work/suspend.log" 2>&1 || { echo "# suspend failed: $(tail -1 "$work/suspend.log")"; kill $job; exit 1; }
+# Where the tree's dump writes: the work directory's disk, /dev/shm, or a
+# tmpfs of huge pages (is CRIU's dump bound by the page insertion there?).
+huge=/dev/shm/criu-rank-dumps-huge
+mkdir -p "$huge" && mount -t tmpfs -o huge=always,size=$(( (2 * gib + 8) ))G none "$huge" || huge=
 for ((r = 1; r <= rounds; r++)); do
-  d="$work/tree" && mkdir -p "$d" && t=$(now)
-  if ! criu dump -t $job -D "$d" --leave-running "${opts[@]}"; then
-    echo "# tree dump failed: $(why "$d")"
-    break
-  fi
-  echo "round $r tree: $(since "$t") s, $(pages "$d") MiB"
-  rm -rf "$d"
+  for d in "$work/tree" /dev/shm/criu-rank-dumps-tree ${huge:+"$huge/tree"}; do
+    mkdir -p "$d" && t=$(now)
+    if ! criu dump -t $job -D "$d" --leave-running "${opts[@]}"; then
+      echo "# tree dump into $d failed: $(why "$d")"
+      break 2
+    fi
+    echo "round $r tree into $(df --output=fstype "$d" | tail -1) $d: $(since "$t") s, $(pages "$d") MiB"
+    rm -rf "$d"
+  done
   t=$(now)
   for k in "${ranks[@]}"; do
     (d="$work/apart-$k" && mkdir -p "$d" && s=$(now) &&
@@ -70,4 +83,5 @@ after=$(cat "$work/out"/rank*.txt | wc -l)
 echo "# after the resume: $((after - before)) more steps written by the ranks in 3 s"
 kill $job 2>/dev/null
 wait $job 2>/dev/null
-rm -rf "$work"
+[ -n "$huge" ] && umount "$huge"
+rm -rf "$work" /dev/shm/criu-rank-dumps-*
