@@ -183,7 +183,7 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
   it('is given no context by any verb, while the ranks still pin their staging', async () => {
     // A context is ~520 MiB of GPU state that every driver checkpoint of the
     // launcher would then save: staging had been pinned through one.
-    const job = await startJob('idle-launcher', ['launch', '2', '100000', '20'], { DDP_LAUNCHER_CUDA: '1', FAKE_CUDA_TRACE: box.path('trace-%p') });
+    const job = await startJob('idle-launcher', ['launch', '2', '100000', '20'], { DDP_LAUNCHER_CUDA: '1', DDP_BUFFER_MIB: '256', FAKE_CUDA_TRACE: box.path('trace-%p') });
     const calls = (pid: number) => readFileSync(box.path(`trace-${pid}`), 'utf8').split('\n');
     expect(calls(job.pid)).toContain('cuInit');
     for (const verb of [['checkpoint', '--gpu-only', '-o', box.path('idle-g')], ['suspend'], ['resume'], ['checkpoint', '--leave-running', '-o', box.path('idle-l')]]) {
@@ -193,6 +193,9 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
     }
     expect(calls(job.pid).filter((c) => /^cu(DevicePrimaryCtxRetain|CtxCreate|MemHostRegister)/.test(c))).toEqual([]);
     expect(calls(job.ranks()[1]!)).toContain('cuMemHostRegister_v2');
+    // Its empty pool gets one codec worker, the ranks' pools the rest (memberShares).
+    const g = cli(['checkpoint', 'idle-launcher', '--gpu-only', '--workers', '9', '-o', box.path('idle-w')], { GPUCKPT_LOG: 'debug' });
+    expect([...g.stderr.matchAll(/codec: (\d+) workers started/g)].map((m) => Number(m[1])).sort()).toEqual([1, 4, 4]);
     endJob(job);
   });
 });

@@ -1,22 +1,37 @@
 /**
  * A job's members moved at once share the host (controller/engine/members.ts):
- * each gets its part of the staging limit and of the codec workers.
+ * each gets its part of the staging limit and of the codec workers, by the
+ * size of its pool.
  */
 import { describe, expect, it } from 'vitest';
 
-const { memberShare } = await import(new URL('../dist/controller/engine/members.js', import.meta.url).href);
+const { memberShares } = await import(new URL('../dist/controller/engine/members.js', import.meta.url).href);
 const { defaultWorkerCount } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);
 
-describe('memberShare', () => {
+const GiB = 2 ** 30;
+
+describe('memberShares', () => {
   it('one member keeps the defaults', () => {
-    expect(memberShare({}, 1)).toEqual({});
-    expect(memberShare({ workers: 8, stagingLimit: 1n << 30n }, 1)).toEqual({});
+    expect(memberShares({}, [5 * GiB])).toEqual([{}]);
+    expect(memberShares({ workers: 8, stagingLimit: 1n << 30n }, [0])).toEqual([{}]);
   });
 
-  it('n members get an nth of the staging limit and of the workers, at least one each', () => {
-    expect(memberShare({ workers: 31, stagingLimit: 30n << 30n }, 3)).toEqual({ workers: 10, stagingLimit: 10n << 30n });
-    expect(memberShare({ workers: 2, stagingLimit: 1n << 30n }, 3).workers).toBe(1);
-    expect(memberShare({ stagingLimit: 1n << 30n }, 2).workers).toBe(Math.max(1, Math.floor(defaultWorkerCount() / 2)));
-    expect(memberShare({}, 2).stagingLimit).toBeGreaterThan(0n);
+  it('members of unknown or equal size get an nth of the staging limit and of the workers, at least one each', () => {
+    expect(memberShares({ workers: 31, stagingLimit: 30n << 30n }, [0, 0, 0])).toEqual(Array(3).fill({ workers: 10, stagingLimit: 10n << 30n }));
+    expect(memberShares({ workers: 2, stagingLimit: 1n << 30n }, [GiB, GiB, GiB]).map((s: { workers: number }) => s.workers)).toEqual([1, 1, 1]);
+    expect(memberShares({ stagingLimit: 1n << 30n }, [0, 0])[0].workers).toBe(Math.max(1, Math.floor(defaultWorkerCount() / 2)));
+    expect(memberShares({}, [0, 0])[1].stagingLimit).toBeGreaterThan(0n);
+  });
+
+  it("a launcher's empty pool gets one worker and little staging; the ranks share the rest by size", () => {
+    const [launcher, a, b] = memberShares({ workers: 31, stagingLimit: 40n << 30n }, [0, 4 * GiB, 4 * GiB]);
+    expect(launcher.workers).toBe(1);
+    expect(a.workers).toBe(15);
+    expect(b.workers).toBe(15);
+    expect(launcher.stagingLimit).toBeLessThan(1n << 30n);
+    expect(a.stagingLimit).toBeGreaterThan(19n << 30n);
+    const [small, big] = memberShares({ workers: 30, stagingLimit: 30n << 30n }, [2 * GiB, 8 * GiB]);
+    expect([small.workers, big.workers]).toEqual([6, 24]);
+    expect(small.stagingLimit + big.stagingLimit).toBeLessThanOrEqual(30n << 30n);
   });
 });

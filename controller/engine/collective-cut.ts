@@ -29,19 +29,6 @@ function keyName(key: bigint): string {
   return key.toString(16).padStart(16, '0');
 }
 
-/** Every member's communicators (a process that has none answers an empty list). */
-export async function readJobComms(members: number[]): Promise<RankComms[]> {
-  return Promise.all(
-    members.map(async (pid) => {
-      const s = await ShimSession.open(pid);
-      try {
-        return { pid, status: await s.ncclStatus() };
-      } finally {
-        s.close();
-      }
-    }),
-  );
-}
 
 function describeComm(c: NcclComm): string {
   return `communicator ${keyName(c.key)} (rank ${c.rank} of ${c.nranks})`;

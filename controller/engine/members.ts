@@ -25,18 +25,29 @@ export function memberOptions<T extends CheckpointOptions>(opts: T, m: number, f
   return onWriter ? { ...opts, onWriter: (w, dir) => onWriter(w, [first ? '' : memberImageDir(m), dir].filter(Boolean).join('/')) } : opts;
 }
 
+/** A pool this size or smaller weighs as much: an empty one (a launcher's) still gets a worker and staging for its bookkeeping. */
+const LEAST_WEIGHT = 64 << 20;
+
 /**
- * Each of n pools moved at once gets an nth of the staging limit (default:
- * half of free host memory) and of the codec workers: a 2-rank job's three
- * pools started 93 workers on 32 cores, in 0.44-0.48 s against 0.12 s for
- * one pool's 31, and each pause waits for its pool's start.
+ * Each of the pools moved at once gets a part of the staging limit
+ * (default: half of free host memory) and of the codec workers, in
+ * proportion to its bytes (sizes; one per pool, all alike when unknown).
+ * A 2-rank job's three pools had started 93 workers on 32 cores, in
+ * 0.44-0.48 s against 0.12 s for one pool's 31, and each pause waits for
+ * its pool's start; equal shares then gave the launcher's empty pool as
+ * many workers as each rank's 4.8 GiB (docs/ARCHITECTURE.md, "Distributed
+ * jobs").
  */
-export function memberShare(opts: { stagingLimit?: bigint; workers?: number }, n: number): { stagingLimit?: bigint; workers?: number } {
-  if (n <= 1) return {};
-  return {
-    stagingLimit: (opts.stagingLimit ?? BigInt(Math.floor(freemem() / 2))) / BigInt(n),
-    workers: Math.max(1, Math.floor((opts.workers ?? defaultWorkerCount()) / n)),
-  };
+export function memberShares(opts: { stagingLimit?: bigint; workers?: number }, sizes: number[]): { stagingLimit?: bigint; workers?: number }[] {
+  if (sizes.length <= 1) return sizes.map(() => ({}));
+  const weights = sizes.map((s) => Math.max(s, LEAST_WEIGHT));
+  const total = weights.reduce((a, b) => a + b, 0);
+  const limit = Number(opts.stagingLimit ?? freemem() / 2);
+  const workers = opts.workers ?? defaultWorkerCount();
+  return weights.map((w) => ({
+    stagingLimit: BigInt(Math.floor((limit * w) / total)),
+    workers: Math.max(1, Math.floor((workers * w) / total)),
+  }));
 }
 
 /**
@@ -44,8 +55,9 @@ export function memberShare(opts: { stagingLimit?: bigint; workers?: number }, n
  * all at once. If one fails, those that were suspended are resumed and the
  * first failure is thrown: the job runs on as it was.
  */
-export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean; handOff?: HandOff }): Promise<SuspendSummary[]> {
-  const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...memberShare(opts, images.size), to })));
+export async function suspendMembers(images: Map<number, string | undefined>, opts: CheckpointOptions & { keepDriver?: boolean; handOff?: HandOff; poolBytes?: Map<number, number> }): Promise<SuspendSummary[]> {
+  const shares = memberShares(opts, [...images.keys()].map((m) => opts.poolBytes?.get(m) ?? 0));
+  const results = await Promise.allSettled([...images].map(([m, to], i) => suspendProcess(m, { ...memberOptions(opts, m, i === 0), ...shares[i], to })));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   const done = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
   if (!failed) return done;

@@ -15,7 +15,7 @@ import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
 import { JobCut } from '../engine/collective-cut.js';
 import { readJob, type Job } from '../engine/job-plan.js';
-import { MEMBERS_DIR, memberImageDir, memberOptions, memberShare, suspendMembers } from '../engine/members.js';
+import { MEMBERS_DIR, memberImageDir, memberOptions, memberShares, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
 import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
@@ -92,7 +92,7 @@ export async function suspendJob(pid: number, opts: { to?: string; force?: boole
   const teardownSeconds = round((performance.now() - d0) / 1000, 4);
   let suspended: SuspendSummary[];
   try {
-    suspended = await suspendMembers(new Map(job.members.map((m) => [m, undefined])), { keepDriver: opts.keepDriver, progress: false });
+    suspended = await suspendMembers(new Map(job.members.map((m) => [m, undefined])), { keepDriver: opts.keepDriver, progress: false, poolBytes: job.poolBytes });
   } catch (e) {
     return failedAt(cut, e, 'the job runs on');
   }
@@ -200,8 +200,8 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   };
   let images: CheckpointSummary[];
   try {
-    const share = memberShare(opts, job.members.length);
-    const results = await Promise.allSettled(job.members.map((m) => checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...share }, running)));
+    const shares = memberShares(opts, job.members.map((m) => job.poolBytes.get(m) ?? 0));
+    const results = await Promise.allSettled(job.members.map((m, i) => checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...shares[i] }, running)));
     const bad = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (bad) throw bad.reason;
     images = results.map((r) => (r as PromiseFulfilledResult<CheckpointSummary>).value);

@@ -76,7 +76,7 @@ export async function checkpointProcess(
   refuseTakenTarget(target, !!opts.force);
   // Refused in the order of their causes, before the process is touched: a
   // process not under gpuckpt, or part of a distributed job; then no CRIU.
-  const { comms } = await readJob(pid, 'checkpoint');
+  const { comms, poolBytes } = await readJob(pid, 'checkpoint');
   const criu = findCriu(opts.criu);
   const plan = planDump(pid, criu, opts.criuOpts);
   const [primary, ...others] = plan.members as [number, ...number[]];
@@ -188,6 +188,7 @@ export async function checkpointProcess(
     // dumps: the snapshot holder keeps each pool's data meanwhile.
     suspended = await suspendMembers(images, {
       ...opts,
+      poolBytes,
       force: false,
       kind: 'process',
       finalImage: target,

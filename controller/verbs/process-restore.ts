@@ -15,7 +15,7 @@ import { round } from '../base/units.js';
 import { rebuildJob } from '../engine/collective-cut.js';
 import { checkGpuRoom, readGpuNeeds, refuseOtherChip } from '../engine/gpu-room.js';
 import { unpackCriuDir, type CriuScratch, type PagesSummary } from '../engine/criu-pages.js';
-import { memberImageDir, memberShare } from '../engine/members.js';
+import { memberImageDir, memberShares } from '../engine/members.js';
 import { PoolLoader } from '../engine/pool-loader.js';
 import { codecPool, type CodecPool } from '../engine/codec-pool.js';
 import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
@@ -114,8 +114,12 @@ export async function restoreProcess(
     parents = undefined; // the first loader's now
     // The loaders open once CRIU has started (their staging took 0.03-0.04 s
     // before it), and CRIU lets the processes run only once they are open.
+    // The workers that unpacked CRIU's pages go on to the largest pool.
     opening = Promise.resolve().then(async () => {
-      for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...memberShare(opts, readers.length), ...(i === 0 ? { codecs } : {}) }, i === 0 ? chain : undefined));
+      const sizes = readers.map((r) => Number(r.manifest.data.rawBytes));
+      const shares = memberShares(opts, sizes);
+      const largest = sizes.indexOf(Math.max(...sizes));
+      for (const [i, r] of readers.entries()) loaders.push(await PoolLoader.open(r, { ...opts, ...shares[i], ...(i === largest ? { codecs } : {}) }, i === 0 ? chain : undefined));
     });
     opening.catch(() => undefined); // CRIU's gate says why
     const restored = await criuRestoreTree(criu, unpacked.dir, reader.path, { detach: !!opts.detach, shellJob: info.shellJob, terminal: !!info.terminal, inherit: fds.inherit, args: info.restoreArgs ?? [], until: Promise.all([gpusChecked, opening]) }).catch(refusalFirst);

@@ -18,6 +18,8 @@
  *              DDP_LAUNCHER_CUDA=1 the launcher starts the driver and
  *                          counts the GPUs, and makes no context
  *                          (torchrun's agent)
+ *              DDP_BUFFER_MIB=M each rank also holds a buffer of M MiB
+ *                          (a pool whose size counts)
  * Every third step's all-reduce runs inside ncclGroupStart/End. SIGUSR1
  * makes a rank spend 3 s outside NCCL before its next step (a rank stuck
  * in its own work while its peers wait in a collective). */
@@ -165,6 +167,10 @@ static int run_rank(int rank, int nranks, int steps, int step_ms)
     CHECK(cuMemAlloc(&dp, N_PARAMS * sizeof(float)), "cuMemAlloc");
     CHECK(cuMemAlloc(&dg, N_PARAMS * sizeof(float)), "cuMemAlloc");
     CHECK(cuMemAlloc(&db, 8 * sizeof(float)), "cuMemAlloc");
+    const char *buffer_mib = getenv("DDP_BUFFER_MIB");
+    CUdeviceptr buffer;
+    if (buffer_mib)
+        CHECK(cuMemAlloc(&buffer, (size_t)atoi(buffer_mib) << 20), "cuMemAlloc");
     struct step a = { (float *)dp, (float *)dg, (float *)db, rank, nranks, 0, 0 }; /* device memory is host memory in the fake */
     run_kernel(init_kernel, &a);
 
