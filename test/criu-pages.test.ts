@@ -81,8 +81,9 @@ describe('CRIU pages', () => {
     expect(describePacked(dir)).toEqual({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
 
     const before = shmScratch();
-    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
-    expect(scratch.huge).toBe(false); // by default: pages of 4 KiB, where the holes show
+    process.env.GPUCKPT_HUGE_SCRATCH = '0'; // pages of 4 KiB, where the holes show
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 }).finally(() => delete process.env.GPUCKPT_HUGE_SCRATCH);
+    expect(scratch.huge).toBe(false);
     expect(scratch.pages).toMatchObject({ files: 2, rawBytes: s.rawBytes, storedBytes: s.storedBytes });
     for (const [n, b] of Object.entries(files)) expect(readFileSync(join(scratch.dir, n)).equals(b)).toBe(true);
     expect(lstatSync(join(scratch.dir, 'core-1.img')).isSymbolicLink()).toBe(true);
@@ -101,7 +102,7 @@ describe('CRIU pages', () => {
     }
   });
 
-  it('GPUCKPT_HUGE_SCRATCH=1: the scratch is a tmpfs of its own with huge pages where this process may mount one, unmounted at cleanup, and so is a dead restore\'s', async () => {
+  it("the scratch is a tmpfs of its own with huge pages where this process may mount one, unmounted at cleanup, and so is a dead restore's; GPUCKPT_HUGE_SCRATCH=0: plain /dev/shm", async () => {
     const { dir, files } = criuDir('huge');
     await packCriuPages(dir, { workers: 2 });
     const probe = mkdtempSync(join(root, 'mount-probe-'));
@@ -119,8 +120,7 @@ describe('CRIU pages', () => {
     if (mayMount) native().mountHugeTmpfs(stale, 4 << 20);
     writeFileSync(join(stale, 'pages-1.img'), 'left by a restore that died');
 
-    process.env.GPUCKPT_HUGE_SCRATCH = '1';
-    const scratch = await unpackCriuDir(dir, { workers: 2 }).finally(() => delete process.env.GPUCKPT_HUGE_SCRATCH);
+    const scratch = await unpackCriuDir(dir, { workers: 2 }); // the default
     expect(existsSync(stale)).toBe(false);
     expect(mountedAt(stale)).toBeUndefined();
     expect(scratch.huge).toBe(mayMount);
@@ -130,8 +130,10 @@ describe('CRIU pages', () => {
     expect(existsSync(scratch.dir)).toBe(false);
     expect(mountedAt(scratch.dir)).toBeUndefined();
 
-    const plain = await unpackCriuDir(dir, { workers: 2 }); // the default
+    process.env.GPUCKPT_HUGE_SCRATCH = '0';
+    const plain = await unpackCriuDir(dir, { workers: 2 }).finally(() => delete process.env.GPUCKPT_HUGE_SCRATCH);
     expect(plain.huge).toBe(false);
+    expect(plain.dir.startsWith('/dev/shm/')).toBe(true);
     expect(mountedAt(plain.dir)).toBeUndefined();
     await plain.cleanup();
   });

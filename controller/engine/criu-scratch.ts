@@ -1,16 +1,14 @@
 /**
  * Where a restore unpacks CRIU's pages: /dev/shm when it has room (CRIU
- * reads them at memory speed and nothing reaches a disk), with
- * GPUCKPT_HUGE_SCRATCH=1 on a tmpfs of the restore's own with huge pages
- * where this process may mount one, else the run directory, else beside
- * the image.
+ * reads them at memory speed and nothing reaches a disk), on a tmpfs of
+ * the restore's own with huge pages where this process may mount one
+ * (GPUCKPT_HUGE_SCRATCH=0: plain /dev/shm), else the run directory, else
+ * beside the image.
  *
- * Huge pages on request only: 31 threads filled 0.78 GB in 0.2 s on
- * /dev/shm and in 0.03 s with huge pages (2x H200,
- * test/gpu/probes/tmpfs_pages.c), but a restore's frames unpacked only
- * 0.03-0.06 s faster so and the restore itself no faster, a fresh host's
- * first fill included; on a 2-core machine a process's first fill was
- * slower than on /dev/shm (docs/ARCHITECTURE.md, "A scratch of huge pages").
+ * Huge pages because the unpack is bound by the kernel's page insertion:
+ * the 2-rank DDP job's 2.6 GB unpacked in 0.25-0.30 s against 0.52-0.54 s
+ * on /dev/shm, and its restore took 2.73 s against 3.25 s (2x H200,
+ * docs/ARCHITECTURE.md, "A scratch of huge pages").
  */
 import { mkdirSync, statfsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
@@ -60,9 +58,9 @@ export async function makeScratch(bytes: number, files: number, beside: string):
   throw new GpuckptError('HOST_MEMORY', `no room to unpack CRIU's ${bytes} bytes of pages for the restore (${tried.join('; ')}); nothing was restored`);
 }
 
-/** Whether a huge-page tmpfs of bytes now lies on dir: only with GPUCKPT_HUGE_SCRATCH=1, where the mount is allowed. */
+/** Whether a huge-page tmpfs of bytes now lies on dir: where the mount is allowed, unless GPUCKPT_HUGE_SCRATCH=0. */
 function mountHuge(dir: string, bytes: number): boolean {
-  if (process.env.GPUCKPT_HUGE_SCRATCH !== '1') return false;
+  if (process.env.GPUCKPT_HUGE_SCRATCH === '0') return false;
   try {
     native().mountHugeTmpfs(dir, bytes);
     log('debug', 'criu pages unpack', `scratch ${dir} on a tmpfs of its own with huge pages`);

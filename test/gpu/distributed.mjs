@@ -28,8 +28,8 @@
 //                         GPU_TEST_DDP_SHAPES (job,rank,single) picks the
 //                         shapes; GPU_TEST_DDP_CYCLES adds checkpoint and
 //                         restore cycles with CRIU's pages raw, restores
-//                         from a cold page cache and restores through a
-//                         scratch of huge pages (raw,cold,raw_cold,huge);
+//                         from a cold page cache and restores through
+//                         /dev/shm, not huge pages (raw,cold,raw_cold,shm);
 //                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
 //                         on each shape's first image, and smaps_top.mjs on
 //                         its processes while suspended; BENCH_TRACE=1 keeps
@@ -294,7 +294,7 @@ export async function runDistributed(h) {
   const du = (d) => Number((spawnSync('du', ['-sb', d], { encoding: 'utf8' }).stdout || '0').split('\t')[0]);
 
   // GPU_TEST_DDP_CYCLES: which whole-job checkpoint-and-restore cycles each run makes (zstd first, always).
-  const cycles = [{}, ...(process.env.GPU_TEST_DDP_CYCLES ?? '').split(',').filter(Boolean).map((c) => ({ raw: c.includes('raw'), cold: c.includes('cold'), huge: c.includes('huge') }))];
+  const cycles = [{}, ...(process.env.GPU_TEST_DDP_CYCLES ?? '').split(',').filter(Boolean).map((c) => ({ raw: c.includes('raw'), cold: c.includes('cold'), shm: c.includes('shm') }))];
   /** Drops an image's files from the page cache (GNU dd, iflag=nocache): a restore that reads them from the disk. */
   const dropFromCache = (dir) => {
     for (const f of fs.readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()))
@@ -327,8 +327,8 @@ export async function runDistributed(h) {
     await untilStep(dir, n() + 2, `${prefix}: after resume`, 120_000, nproc);
     let c, restoreSeconds;
     for (const cycle of cycles) {
-      // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first), or through a scratch of huge pages.
-      const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}${cycle.huge ? '_huge' : ''}`;
+      // A whole-job checkpoint and restore: zstd (the default) or CRIU's pages raw; restored from the page cache, or cold (the image's pages dropped from it first), or through /dev/shm, not huge pages.
+      const tag = `${prefix}${cycle.raw ? '_raw' : ''}${cycle.cold ? '_cold' : ''}${cycle.shm ? '_shm' : ''}`;
       const C = path.join(dir, 'C');
       const name = `ddp-${tag}-${i + 1}`;
       const tree = [job, ...ranksOf(job)];
@@ -341,13 +341,13 @@ export async function runDistributed(h) {
       if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0) say(spawnSync(process.execPath, [path.join(ROOT, 'test/gpu/probes/criu_pages.mjs'), C, '16'], { encoding: 'utf8' }).stdout.replace(/^/gm, `# ${tag} probe: `));
       if (cycle.cold) dropFromCache(C);
       const t0 = performance.now();
-      const rs = await traced(h, ['restore', C, '--detach', '--json'], `${name}-restore`, cycle.huge ? { GPUCKPT_HUGE_SCRATCH: '1' } : {});
+      const rs = await traced(h, ['restore', C, '--detach', '--json'], `${name}-restore`, cycle.shm ? { GPUCKPT_HUGE_SCRATCH: '0' } : {});
       keepCriuLog(keptRestoreLog(`${name}-restore`), `${name}-restore`);
       add(`${tag}_restore_s`, (performance.now() - t0) / 1000);
-      if (cycle.huge) add(`${tag}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
+      if (cycle.shm) add(`${tag}_restore_unpack_s`, rs.criuPages?.seconds ?? 0);
       fs.rmSync(C, { recursive: true, force: true });
       await untilStep(dir, n() + 2, `${tag}: after restore`, 120_000, nproc);
-      if (cycle.raw || cycle.cold || cycle.huge) continue;
+      if (cycle.raw || cycle.cold || cycle.shm) continue;
       c = ck;
       restoreSeconds = (performance.now() - t0) / 1000;
       add(`${prefix}_ckpt_gpu_free_s`, c.gpuFreeSeconds);

@@ -2,9 +2,8 @@
 # What a CRIU per rank would give a distributed job's checkpoint (issue 25:
 # one CRIU dumps the launcher, then each rank, one after another). The
 # 2-rank DDP job of the GPU tests runs under gpuckpt run and is suspended
-# (its GPUs free, each rank's driver state in its host memory, its pool
-# in an image), then
-# dumped with --leave-running, ROUNDS times each way:
+# (its GPUs free, each rank's driver state and pool in its host memory),
+# then dumped with --leave-running, ROUNDS times each way:
 #   tree: the launcher's tree by one CRIU, as a checkpoint does today;
 #   apart: each rank by a CRIU of its own, both at once;
 #   serial: each rank by a CRIU of its own, one after the other;
@@ -42,8 +41,10 @@ done
 ranks=()
 for c in $(cat /proc/$job/task/*/children); do grep -q libgpuckpt /proc/$c/maps 2>/dev/null && ranks+=("$c"); done
 echo "# launcher $job, ranks ${ranks[*]}"
-# The pools into an image (--to): as in a checkpoint, CRIU then dumps no staging.
-"$root/bin/gpuckpt" suspend "$job" --to "$work/held" >"$work/suspend.log" 2>&1 || { echo "# suspend failed: $(tail -1 "$work/suspend.log")"; kill $job; exit 1; }
+# A job's pools stay in host memory (a suspend takes no --to for a job), so
+# each rank's dump holds its staging too, which a checkpoint hands off
+# before CRIU: more bytes than a checkpoint's dump, the same question.
+"$root/bin/gpuckpt" suspend "$job" >"$work/suspend.log" 2>&1 || { echo "# suspend failed: $(tail -1 "$work/suspend.log")"; kill $job; exit 1; }
 # Where the tree's dump writes: the work directory's disk, /dev/shm, or a
 # tmpfs of huge pages (is CRIU's dump bound by the page insertion there?).
 huge=/dev/shm/criu-rank-dumps-huge
