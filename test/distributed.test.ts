@@ -187,8 +187,13 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
     const calls = (pid: number) => readFileSync(box.path(`trace-${pid}`), 'utf8').split('\n');
     expect(calls(job.pid)).toContain('cuInit');
     for (const verb of [['checkpoint', '--gpu-only', '-o', box.path('idle-g')], ['suspend'], ['resume'], ['checkpoint', '--leave-running', '-o', box.path('idle-l')]]) {
-      const r = cli([verb[0]!, 'idle-launcher', ...verb.slice(1)]);
-      expect([verb[0], r.stderr]).toEqual([verb[0], '']);
+      const r = cli([verb[0]!, 'idle-launcher', ...verb.slice(1)], verb[0] === 'resume' ? { GPUCKPT_LOG: 'debug' } : {});
+      if (verb[0] === 'resume') {
+        // Its driver restore, which would slow the ranks', comes after theirs (ThawOrder).
+        const thawed = [...r.stderr.matchAll(/resume (\d+): driverRestore done/g)].map((m) => Number(m[1]));
+        expect(thawed).toHaveLength(3);
+        expect(thawed.at(-1)).toBe(job.pid);
+      } else expect([verb[0], r.stderr]).toEqual([verb[0], '']);
       if (verb[0] !== 'suspend') expect(await progresses(job)).toBe(true);
     }
     expect(calls(job.pid).filter((c) => /^cu(DevicePrimaryCtxRetain|CtxCreate|MemHostRegister)/.test(c))).toEqual([]);

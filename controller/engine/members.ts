@@ -10,6 +10,7 @@ import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { defaultWorkerCount } from './codec-pool.js';
 import type { CheckpointOptions } from './pool-image.js';
 import { resumeProcess, suspendProcess, type HandOff, type SuspendSummary } from './suspend.js';
+import { ThawOrder } from './thaw-order.js';
 
 /** Where a job's image keeps the pool images of its members after the first. */
 export const MEMBERS_DIR = 'members';
@@ -96,5 +97,6 @@ export async function resumeAfterFailure(images: Map<number, string | undefined>
 
 /** Resumes every member from its image (undefined: where its suspend held it), all at once: each one's failure, or undefined. */
 export function resumeMembers(images: Map<number, string | undefined>): Promise<(unknown | undefined)[]> {
-  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: !!image, image }).then(() => undefined, (e: unknown) => e)));
+  const thawOrder = new ThawOrder(images.size);
+  return Promise.all([...images].map(([m, image]) => resumeProcess(m, { keepImage: !!image, image, thawOrder }).then(() => undefined, (e: unknown) => e)));
 }

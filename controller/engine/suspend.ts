@@ -33,6 +33,7 @@ import { adoptKept, dropKept, keepStaging, takeKeptStaging } from './kept-copy.j
 import { ImageReader, MANIFEST_FILE, publishedPath, removeStaleTempDirs, tempDirOwner } from '../image/index.js';
 import { besidesHeld, holdOnGpus } from './peer-hold.js';
 import { PhaseClock, type Phases } from '../base/phase-clock.js';
+import type { ThawOrder } from './thaw-order.js';
 import { Progress } from '../base/progress.js';
 import { PoolLoader, type LoaderOptions } from './pool-loader.js';
 import { holdBaseDir } from '../adapters/run-dir.js';
@@ -400,11 +401,20 @@ export async function resumeProcess(
     loader?: PoolLoader;
     /** The connection stays open until this settles: the shim lets go of the staging it was given only when it closes. */
     holdUntil?: Promise<unknown>;
+    /** Resumed with others: a process without pool data thaws in the driver after them. */
+    thawOrder?: ThawOrder;
   } = {},
 ): Promise<ResumeSummary> {
   const t0 = performance.now();
   const clock = new PhaseClock(`resume ${pid}`);
-  const session = await ShimSession.open(pid);
+  const turn = opts.thawOrder?.member();
+  let session: ShimSession;
+  try {
+    session = await ShimSession.open(pid);
+  } catch (e) {
+    turn?.done();
+    throw e;
+  }
   clock.mark('connect');
   // Opened here and closed here; a loader (and its reader) the caller gave stays the caller's.
   let reader: ImageReader | undefined;
@@ -437,6 +447,7 @@ export async function resumeProcess(
     clock.mark('checks');
 
     try {
+      await turn?.wait(rawBytes === 0);
       await driverThaw(pid, pairs, clock);
     } catch (e) {
       // A restore the driver refused leaves the process checkpointed.
@@ -445,6 +456,7 @@ export async function resumeProcess(
         throw new GpuckptError('TARGET_NO_MEMORY', `${gpu} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
     }
+    turn?.done();
     const thawed = performance.now();
     let remapped;
     try {
@@ -503,6 +515,7 @@ export async function resumeProcess(
       phases: clock.phases,
     };
   } finally {
+    turn?.done(); // a failure before the thaw lets the others' turns come
     if (opts.holdUntil) void opts.holdUntil.finally(() => session.close()).catch(() => undefined);
     else session.close();
     if (kept) closeStaging(kept); // the shim has its own fds of it

@@ -18,6 +18,7 @@ import { readJob, type Job } from '../engine/job-plan.js';
 import { MEMBERS_DIR, memberImageDir, memberOptions, memberShares, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions, CheckpointSummary } from '../engine/pool-image.js';
 import { resumeProcess, suspendProcess, type ResumeSummary, type SuspendSummary } from '../engine/suspend.js';
+import { ThawOrder } from '../engine/thaw-order.js';
 import { fsyncDir, publishImage, refuseTakenTarget } from '../image/durable.js';
 import { removeStaleTempDirs } from '../image/index.js';
 import { tempDirName } from '../image/temp-dirs.js';
@@ -142,9 +143,10 @@ export async function resumeJob(pid: number, opts: { device?: string; progress?:
   // A resume from an image lets go of its staging as its connection
   // closes: after the rebuild, as in a restore (process-restore.ts).
   const rebuilt = new Latch();
+  const thawOrder = new ThawOrder(toResume.length);
   try {
     const resumed = valuesOrFirstFailure(
-      await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false, holdUntil: rebuilt.opened }))),
+      await Promise.allSettled(toResume.map((m) => resumeProcess(m, { device: opts.device, progress: false, holdUntil: rebuilt.opened, thawOrder }))),
       (i, message) => `process ${toResume[i]} of the job: ${message}; its communicators stay down until every rank is resumed (gpuckpt resume ${pid})`,
     );
     const r0 = performance.now();

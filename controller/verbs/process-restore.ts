@@ -20,6 +20,7 @@ import { PoolLoader } from '../engine/pool-loader.js';
 import { codecPool, type CodecPool } from '../engine/codec-pool.js';
 import { CRIU_DIR, PROCESS_INFO, readProcessInfo, restoreFds, type RestoreFds } from '../engine/restore-plan.js';
 import { gpuPairs, resolveGpu, resumeProcess, type ResumeSummary } from '../engine/suspend.js';
+import { ThawOrder } from '../engine/thaw-order.js';
 import { openChain } from '../image/chain.js';
 import { ImageReader } from '../image/index.js';
 import { native } from '../../native/index.js';
@@ -203,10 +204,11 @@ async function resumeAndRebuild(
   clock: PhaseClock,
 ): Promise<{ resumes: ResumeSummary[]; ncclFailure?: string }> {
   const rebuilt = new Latch();
+  const thawOrder = new ThawOrder(members.length);
   try {
     const resumes = valuesOrFirstFailure(
       await Promise.allSettled(
-        members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0, holdUntil: rebuilt.opened })),
+        members.map((m, i) => resumeProcess(m, { loader: loaders[i], keepImage: true, device: opts.device, progress: opts.progress && i === 0, holdUntil: rebuilt.opened, thawOrder })),
       ),
       (i, message) => (members.length > 1 ? `process ${members[i]} of the restored job: ${message}` : message),
     );
