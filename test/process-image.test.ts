@@ -7,12 +7,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { defaultHoldDir } from '../controller/engine/suspend.js';
 import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, mappingRssKiB, ROOT, within } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
+const { native } = await import(new URL('../dist/native/index.js', import.meta.url).href);
 
 const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
 const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
@@ -94,7 +95,7 @@ describe('whole-process checkpoint', () => {
       externalStdio: [0, 1, 2].map((fd) => ({ fd, resource: expect.stringMatching(/^socket:\[\d+\]$/) })),
     });
     const external = info.externalStdio.flatMap((s: { resource: string }) => ['--external', `unix[${s.resource.slice(8, -1)}]`]);
-    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, tree: [String(app.pid)], options: [...external, '--shell-job'], leaveRunning: 1, lazyFreeKiB: 0 });
+    expect(json(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'))).toEqual({ pid: app.pid, tree: [String(app.pid)], options: [...external, '--shell-job'], leaveRunning: 1, lazyFreeKiB: 0, dir: expect.any(String) });
     const ins = json(cli(['inspect', out, '--json']).stdout);
     expect(ins).toMatchObject({ kind: 'process', verified: true });
     expect(psRow(app.pid).poolState).toBe('active');
@@ -410,6 +411,34 @@ describe("CRIU's pages", () => {
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/^gpuckpt: image data is corrupt: pages-1\.img\.zst frame 0: /);
     oneLine(r.stderr);
+  });
+
+  it('CRIU writes them into a tmpfs of huge pages of its own where the checkpoint may mount one, its other files moved into the image; GPUCKPT_HUGE_SCRATCH=0: beside the image', async () => {
+    const probe = box.path('mount-probe');
+    mkdirSync(probe);
+    let mayMount = true;
+    try {
+      native().mountHugeTmpfs(probe, 4 << 20);
+      native().unmountLazy(probe);
+    } catch {
+      mayMount = false; // no right to mount, or no huge tmpfs: CRIU writes beside the image
+    }
+    for (const [name, extra] of [['pages-scratch', {}], ['pages-beside', { GPUCKPT_HUGE_SCRATCH: '0' }]] as const) {
+      const { app } = await start();
+      const out = box.path(name);
+      const r = cli(['checkpoint', String(app.pid), '-o', out, '--json'], { ...extra, GPUCKPT_LOG: 'debug' });
+      expect(r.code).toBe(0);
+      const scratch = mayMount && name === 'pages-scratch';
+      const dumped = json<{ dir: string }>(readFileSync(join(out, 'criu', 'fake-criu.json'), 'utf8'));
+      expect(dumped.dir.startsWith('/dev/shm/.criu-dump.gpuckpt-tmp-')).toBe(scratch);
+      expect(r.stderr.includes(`criu dump: scratch ${dumped.dir} on a tmpfs of its own with huge pages`)).toBe(scratch);
+      if (!scratch) expect(dirname(dumped.dir)).toBe(box.dir); // beside the image, then moved into it
+      expect(existsSync(dumped.dir)).toBe(false); // the scratch gone, or the directory beside the image made the image's
+      expect(criuFiles(out)).toEqual(['gpuckpt-pages.json', 'pages-1.img.zst']);
+      expect(readFileSync(join(out, 'criu', 'dump.log'), 'utf8')).toMatch(/fake-criu: dumped/);
+      expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true, criuPages: { files: 1 } });
+      app.child.kill('SIGKILL');
+    }
   });
 
   it('--raw-criu-pages keeps them as CRIU wrote them, and restore takes them so', async () => {

@@ -7,7 +7,7 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { release } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { delimiter, join, resolve } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { CriuGate } from './criu-gate.js';
 import { exitOf, killProcess, reapIfChild, waitChildEnd, type ChildExit } from './processes.js';
@@ -97,9 +97,9 @@ function keepLog(log: string, what: string): string {
 
 const KEPT_LOGS = 20;
 
-/** CRIU's arguments for a dump of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
-function dumpArgs(root: number, dir: string, args: string[]): string[] {
-  return ['dump', '-t', String(root), '-D', dir, '-o', 'dump.log', verbosity(), ...args];
+/** CRIU's arguments for a dump of root's tree into dir, its log into logDir, with args (dump-plan.ts) and the user's own options. */
+function dumpArgs(root: number, dir: string, logDir: string, args: string[]): string[] {
+  return ['dump', '-t', String(root), '-D', dir, '-o', resolve(logDir, 'dump.log'), verbosity(), ...args];
 }
 
 /** CRIU's log level: GPUCKPT_CRIU_VERBOSITY (4: every step, stamped), else CRIU_VERBOSITY. */
@@ -119,16 +119,17 @@ function spawnDeafToTerminal(criu: Criu, args: string[], stdio: ('inherit' | 'ig
   return spawn('/bin/sh', ['-c', 'trap "" INT QUIT; exec "$0" "$@"', criu.path, ...args], { stdio, env: criuEnv(criu) });
 }
 
-/** `criu dump` of root's tree into dir, with args (dump-plan.ts) and the user's own options. */
-export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[] }): void {
-  const args = dumpArgs(root, dir, opts.args);
+/** `criu dump` of root's tree into dir (its log into logDir), with args (dump-plan.ts) and the user's own options. */
+export function criuDump(criu: Criu, root: number, dir: string, opts: { leaveRunning: boolean; args: string[]; logDir?: string }): void {
+  const logDir = opts.logDir ?? dir;
+  const args = dumpArgs(root, dir, logDir, opts.args);
   if (opts.leaveRunning) args.push('--leave-running');
   const r = spawnSync(criu.path, args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', env: criuEnv(criu) });
-  if (r.status !== 0) throw dumpFailed(root, dir, r.stderr || r.error?.message || '');
+  if (r.status !== 0) throw dumpFailed(root, logDir, r.stderr || r.error?.message || '');
 }
 
-function dumpFailed(root: number, dir: string, stderr: string): GpuckptError {
-  const log = join(dir, 'dump.log');
+function dumpFailed(root: number, logDir: string, stderr: string): GpuckptError {
+  const log = join(logDir, 'dump.log');
   return new GpuckptError('CRIU_FAILED', `criu dump of process ${root} failed: ${existsSync(log) ? firstError(log) : stderr.trim().split('\n')[0]} (log: ${keepLog(log, `dump-${root}`)})`);
 }
 
@@ -139,12 +140,13 @@ function dumpFailed(root: number, dir: string, stderr: string): GpuckptError {
  * meanwhile, CRIU lets the tree run on (criu-gate.ts) and the failure is
  * thrown. A CRIU failure is thrown as criuDump's; the tree runs on then too.
  * Resolves with a note when CRIU failed after the image was complete.
+ * CRIU's log goes into logDir.
  */
-export async function criuDumpGated(criu: Criu, root: number, dir: string, args: string[], whenDumped: () => Promise<void>): Promise<string | undefined> {
+export async function criuDumpGated(criu: Criu, root: number, dir: string, args: string[], whenDumped: () => Promise<void>, logDir = dir): Promise<string | undefined> {
   const gate = CriuGate.open('post-dump');
   try {
     // A terminal's Ctrl-C is gpuckpt's to act on (its answer at the gate), not CRIU's, nor its script's.
-    const child = spawnDeafToTerminal(criu, [...dumpArgs(root, dir, args), '--action-script', gate.script], ['ignore', 'ignore', 'pipe']);
+    const child = spawnDeafToTerminal(criu, [...dumpArgs(root, dir, logDir, args), '--action-script', gate.script], ['ignore', 'ignore', 'pipe']);
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     let exited: ChildExit | undefined;
@@ -155,7 +157,7 @@ export async function criuDumpGated(criu: Criu, root: number, dir: string, args:
     // The script says when CRIU has written its files: polled, a few ms at most.
     while (!exited && !gate.reached) await new Promise((r) => setTimeout(r, 5));
     if (!gate.reached) {
-      if (exited!.code !== 0) throw dumpFailed(root, dir, stderr);
+      if (exited!.code !== 0) throw dumpFailed(root, logDir, stderr);
       // A CRIU that ran no post-dump script has ended the tree already.
       await whenDumped();
       return undefined;
@@ -169,7 +171,7 @@ export async function criuDumpGated(criu: Criu, root: number, dir: string, args:
     gate.answer(failure === undefined);
     const end = await ended;
     if (failure !== undefined) throw failure;
-    return end.code === 0 ? undefined : `criu dump ended with ${end.signal ?? `status ${end.code}`} after the image was complete: ${dumpFailed(root, dir, stderr).message}`;
+    return end.code === 0 ? undefined : `criu dump ended with ${end.signal ?? `status ${end.code}`} after the image was complete: ${dumpFailed(root, logDir, stderr).message}`;
   } finally {
     gate.close();
   }

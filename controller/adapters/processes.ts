@@ -38,6 +38,13 @@ export function processStatus(pid: number): Record<string, string[]> | undefined
   return fields;
 }
 
+/** Memory of pid that a dump of it copies at most (VmRSS, and VmSwap), in bytes; 0 when unknown. */
+export function residentBytes(pid: number): number {
+  const status = processStatus(pid);
+  const kB = (field: string) => Number(status?.[field]?.[0] ?? 0);
+  return (kB('VmRSS') + kB('VmSwap')) * 1024;
+}
+
 export function processUid(pid: number): number | undefined {
   const uid = processStatus(pid)?.Uid?.[0];
   return uid ? Number(uid) : undefined;

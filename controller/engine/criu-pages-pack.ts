@@ -7,7 +7,8 @@
  * the raw files removed (never synced: their page cache is dropped
  * unwritten). The packed files' writeback is started as they grow, so
  * that the sync at CRIU's gate finds little left. On a failure the raw
- * files stay as CRIU wrote them, which restore takes as they are.
+ * files stay as CRIU wrote them, which restore takes as they are. CRIU
+ * may write them elsewhere than the packed ones go (rawDir).
  */
 import { closeSync, openSync, readdirSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
@@ -66,10 +67,14 @@ export class CriuPagesPacker {
   /** Raw files finish() could not remove once packed, each with why: the image keeps them beside their packed form. */
   readonly rawLeft: string[] = [];
 
+  /** Where CRIU writes its raw pages: dir, or a scratch of huge pages (criu-scratch.ts, makeDumpScratch). */
+  private readonly rawDir: string;
+
   constructor(
     private readonly dir: string,
-    private readonly opts: { level?: number; workers?: number; codecs?: CodecPool; startWriteback?: (fd: number) => Promise<void> } = {},
+    private readonly opts: { level?: number; workers?: number; codecs?: CodecPool; startWriteback?: (fd: number) => Promise<void>; rawDir?: string } = {},
   ) {
+    this.rawDir = opts.rawDir ?? dir;
     this.codecs = opts.codecs ?? new CodecPool(opts.workers);
     // Compressed in parallel, a window of frames ahead of the writes.
     this.limiter = new Limiter(2 * this.codecs.size);
@@ -128,7 +133,7 @@ export class CriuPagesPacker {
     const removed = await Promise.allSettled(
       files.map(async (f) => {
         faultPoint('criu-pages-unlink');
-        await unlink(join(this.dir, f.name));
+        await unlink(join(this.rawDir, f.name));
       }),
     );
     removed.forEach((r, i) => r.status === 'rejected' && this.rawLeft.push(`${files[i]!.name} (${osErrorText(r.reason)})`));
@@ -152,9 +157,9 @@ export class CriuPagesPacker {
 
   /** Every pages file's frames not handed out yet: the whole ones, or (last) all. */
   private scan(last: boolean): void {
-    for (const name of readdirSync(this.dir)) {
+    for (const name of readdirSync(this.rawDir)) {
       if (!PAGES.test(name)) continue;
-      const size = statSync(join(this.dir, name)).size;
+      const size = statSync(join(this.rawDir, name)).size;
       let f = this.files.get(name);
       if (!f) this.files.set(name, (f = { name, rawBytes: 0, frames: [], zeroPages: [], launched: 0, tail: Promise.resolve(), at: 0, unflushed: 0 }));
       if (size < f.launched * FRAME_BYTES) throw new Error(`${name} shrank while CRIU wrote it`);
@@ -167,7 +172,7 @@ export class CriuPagesPacker {
   private launch(f: FileState, offset: number, length: number): void {
     this.framesLaunched++;
     this.framesPending++;
-    const compressed = this.limiter.run(() => this.codecs.compressFile(join(this.dir, f.name), offset, length, this.opts.level ?? 1));
+    const compressed = this.limiter.run(() => this.codecs.compressFile(join(this.rawDir, f.name), offset, length, this.opts.level ?? 1));
     compressed.catch(() => undefined); // taken in order below
     f.tail = f.tail.then(async () => {
       const { data, zeroPages } = await compressed;

@@ -1,16 +1,18 @@
 /**
- * Where a restore unpacks CRIU's pages: /dev/shm when it has room (CRIU
- * reads them at memory speed and nothing reaches a disk), on a tmpfs of
- * the restore's own with huge pages where this process may mount one
- * (GPUCKPT_HUGE_SCRATCH=0: plain /dev/shm), else the run directory, else
- * beside the image.
+ * Scratch directories for CRIU's files. A restore unpacks CRIU's pages
+ * into /dev/shm when it has room (CRIU reads them at memory speed and
+ * nothing reaches a disk), on a tmpfs of the restore's own with huge pages
+ * where this process may mount one, else the run directory, else beside
+ * the image. A checkpoint has CRIU write into such a tmpfs where it may
+ * (makeDumpScratch), its pages packed from there and its other files
+ * moved beside them. GPUCKPT_HUGE_SCRATCH=0: no tmpfs of their own.
  *
- * Huge pages because the unpack is bound by the kernel's page insertion:
- * the 2-rank DDP job's 2.6 GB unpacked in 0.25-0.30 s against 0.52-0.54 s
- * on /dev/shm, and its restore took 2.73 s against 3.25 s (2x H200,
+ * Huge pages because both are bound by the kernel's page insertion: the
+ * 2-rank DDP job's 2.6 GB unpacked in 0.25-0.30 s against 0.52-0.54 s on
+ * /dev/shm, and its restore took 2.73 s against 3.25 s (2x H200,
  * docs/ARCHITECTURE.md, "A scratch of huge pages").
  */
-import { mkdirSync, statfsSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, statfsSync, unlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
@@ -58,15 +60,50 @@ export async function makeScratch(bytes: number, files: number, beside: string):
   throw new GpuckptError('HOST_MEMORY', `no room to unpack CRIU's ${bytes} bytes of pages for the restore (${tried.join('; ')}); nothing was restored`);
 }
 
+/**
+ * Where CRIU writes a checkpoint's files, the packer reading its pages
+ * there (criu-pages-pack.ts): a tmpfs of the checkpoint's own with huge
+ * pages, where the mount is allowed and the memory available holds twice
+ * what the tree has resident (treeBytes); else undefined, and CRIU writes
+ * beside the image. The 2-rank DDP job's tree, 6 GB, dumped in 1.88 s
+ * there against 2.81 s into ext4's page cache and 3.31 s into /dev/shm
+ * (2x H200, test/gpu/probes/criu_rank_dumps.sh).
+ */
+export async function makeDumpScratch(treeBytes: number): Promise<Scratch | undefined> {
+  // A cgroup's limit counts: tmpfs pages are not reclaimed as a disk's page cache is.
+  const available = process.availableMemory();
+  if (available < 2 * treeBytes + MARGIN) return undefined;
+  const dir = join(MEMORY_DIR, tempDirName('criu-dump'));
+  try {
+    await removeStaleTempDirs(MEMORY_DIR, unmountQuietly);
+    mkdirSync(dir, { mode: 0o700 });
+    // A cap, not a reservation: CRIU writes no more than the tree holds.
+    if (mountHuge(dir, Math.floor((available * 3) / 4), 'criu dump')) return { dir, huge: true, remove: () => removeScratch(dir, true) };
+  } catch (e) {
+    log('debug', 'criu dump', `no scratch for CRIU (${osErrorText(e)}): it writes beside the image`);
+  }
+  await rm(dir, { recursive: true, force: true });
+  return undefined;
+}
+
+/** Every file of from moved into to (copied: another file system), but those named as leave says. */
+export function moveFiles(from: string, to: string, leave?: RegExp): void {
+  for (const e of readdirSync(from, { withFileTypes: true })) {
+    if (!e.isFile() || leave?.test(e.name)) continue;
+    copyFileSync(join(from, e.name), join(to, e.name));
+    unlinkSync(join(from, e.name));
+  }
+}
+
 /** Whether a huge-page tmpfs of bytes now lies on dir: where the mount is allowed, unless GPUCKPT_HUGE_SCRATCH=0. */
-function mountHuge(dir: string, bytes: number): boolean {
+function mountHuge(dir: string, bytes: number, what = 'criu pages unpack'): boolean {
   if (process.env.GPUCKPT_HUGE_SCRATCH === '0') return false;
   try {
     native().mountHugeTmpfs(dir, bytes);
-    log('debug', 'criu pages unpack', `scratch ${dir} on a tmpfs of its own with huge pages`);
+    log('debug', what, `scratch ${dir} on a tmpfs of its own with huge pages`);
     return true;
   } catch (e) {
-    log('debug', 'criu pages unpack', `no tmpfs of its own for the scratch (${(e as Error).message}): pages of 4 KiB on ${MEMORY_DIR}`);
+    log('debug', what, `no tmpfs of its own for the scratch (${(e as Error).message})`);
     return false;
   }
 }

@@ -25,7 +25,7 @@ import { fsyncDir } from '../image/durable.js';
 import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
 import { isCudaMember } from '../adapters/jobs.js';
 import { readTree } from '../adapters/process-tree.js';
-import { processStatus } from '../adapters/processes.js';
+import { residentBytes } from '../adapters/processes.js';
 import { ShimSession } from '../adapters/session.js';
 import { native } from '../../native/index.js';
 
@@ -99,11 +99,6 @@ async function poolInUse(pid: number): Promise<number> {
   }
 }
 
-/** Resident memory of pid (VmRSS), in bytes; 0 when unknown. */
-function residentBytes(pid: number): number {
-  const rss = processStatus(pid)?.VmRSS?.[0]; // in kB
-  return rss ? Number(rss) * 1024 : 0;
-}
 
 /**
  * Runs make(dir, opts) (a checkpoint into dir, with onWriter set) and

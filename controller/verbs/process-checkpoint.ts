@@ -16,6 +16,7 @@
 import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { criuDump, criuDumpGated, findCriu } from '../adapters/criu.js';
+import { residentBytes } from '../adapters/processes.js';
 import { GpuckptError, isGpuckptError } from '../base/errors.js';
 import { faultPoint } from '../base/faults.js';
 import { Interrupts } from '../base/interrupts.js';
@@ -26,7 +27,8 @@ import { planDump } from '../engine/dump-plan.js';
 import { readJob } from '../engine/job-plan.js';
 import { checkpointLeavingRunning } from '../engine/gpu-snapshot.js';
 import { describeFrameworkUse } from '../engine/framework-free.js';
-import type { PagesSummary } from '../engine/criu-pages.js';
+import { PAGES, type PagesSummary } from '../engine/criu-pages.js';
+import { makeDumpScratch, moveFiles, type Scratch } from '../engine/criu-scratch.js';
 import { CriuPagesPacker, followingWorkers } from '../engine/criu-pages-pack.js';
 import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
@@ -96,11 +98,13 @@ export async function checkpointProcess(
     nccl: comms.length > 0,
   };
   const notes: string[] = [];
-  // CRIU's pages, packed as CRIU writes them (made once the processes are suspended).
+  // CRIU's pages, packed as CRIU writes them (made once the processes are
+  // suspended), from a scratch of huge pages where there is one.
   let packer: CriuPagesPacker | undefined;
+  let scratch: Scratch | undefined;
   const packerFor = (dir: string, following = false) =>
-    opts.rawCriuPages ? undefined : new CriuPagesPacker(dir, { level: opts.level, workers: opts.workers ?? (following ? followingWorkers() : undefined) });
-  const pack = async (): Promise<{ criuPages?: PagesSummary }> => {
+    opts.rawCriuPages ? undefined : new CriuPagesPacker(dir, { level: opts.level, workers: opts.workers ?? (following ? followingWorkers() : undefined), rawDir: scratch?.dir });
+  const pack = async (dir: string): Promise<{ criuPages?: PagesSummary }> => {
     if (!packer) return {};
     try {
       const criuPages = await packer.finish();
@@ -111,6 +115,9 @@ export async function checkpointProcess(
       return {};
     } finally {
       packer = undefined;
+      // What the packer left of CRIU's raw pages (it failed, or could not remove a file) stays in the image.
+      if (scratch) moveFiles(scratch.dir, dir);
+      await scratch?.remove();
     }
   };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({
@@ -137,7 +144,7 @@ export async function checkpointProcess(
     if (!('whyNot' in left)) {
       writeProcessInfo(join(work, CRIU_DIR), info);
       packer = packerFor(join(work, CRIU_DIR));
-      const packed = await pack();
+      const packed = await pack(join(work, CRIU_DIR));
       const syncSeconds = await makeDurable(work, pid, 'running');
       await publishImage(work, target, !!opts.force);
       if (left.image.framework) notes.push(describeFrameworkUse(left.image.framework));
@@ -206,6 +213,9 @@ export async function checkpointProcess(
   // CRIU cannot dump a process connected to this controller.
   cut?.close();
   const d0 = performance.now();
+  // The tree's memory now, its pools handed off: at most what CRIU writes.
+  scratch = opts.rawCriuPages ? undefined : await makeDumpScratch(plan.tree.reduce((n, p) => n + residentBytes(p.pid), 0));
+  const dumpDir = scratch?.dir ?? criuDir;
   packer = packerFor(criuDir, true);
   let dumpSeconds = 0;
   let syncSeconds = 0;
@@ -222,12 +232,13 @@ export async function checkpointProcess(
   const dumped = () => {
     dumpSeconds = (performance.now() - d0) / 1000;
     clock.mark('dump');
+    if (scratch) moveFiles(scratch.dir, criuDir, PAGES); // the raw pages are the packer's
     writeProcessInfo(criuDir, info);
   };
   /** CRIU's files and every member's pool image made one image, durable, under its name; after: where the tree is meanwhile (makeDurable). */
   const complete = async (after: After) => {
     // CRIU's last pages are compressed while the pool images are finished.
-    const packing = pack();
+    const packing = pack(criuDir);
     finished = await imagesDone.catch(async (e: unknown) => {
       await packing;
       throw e;
@@ -256,16 +267,23 @@ export async function checkpointProcess(
       mkdirSync(criuDir, { mode: 0o700 });
       packer?.follow();
       if (opts.leaveRunning) {
-        criuDump(criu, pid, criuDir, { leaveRunning: true, args: dump.args });
+        criuDump(criu, pid, dumpDir, { leaveRunning: true, args: dump.args, logDir: criuDir });
         dumped();
       } else {
         // The tree is ended only once the image is complete: until then a
         // failure, a Ctrl-C, or this controller's end leaves every process running.
-        const late = await criuDumpGated(criu, pid, criuDir, dump.args, async () => {
-          dumped();
-          interrupts?.check();
-          await complete('gated');
-        });
+        const late = await criuDumpGated(
+          criu,
+          pid,
+          dumpDir,
+          dump.args,
+          async () => {
+            dumped();
+            interrupts?.check();
+            await complete('gated');
+          },
+          criuDir,
+        );
         if (late) notes.push(late);
         dropMemberImages(); // CRIU has ended the job: the image holds them
         // What described the data the holder kept (it lets go as the processes end).
@@ -299,6 +317,7 @@ export async function checkpointProcess(
   } finally {
     interrupts?.close();
     await packer?.abandon(); // not finished: the dump failed
+    await scratch?.remove();
     await Promise.all(closing);
   }
   if (resumeFailure) throw resumeFailure;
