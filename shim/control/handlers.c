@@ -286,7 +286,9 @@ static int handle_suspend_pool(struct gp_request *r)
         gp_staging_hold(&c->staging, &held_data);
     else
         gp_staging_destroy(&c->staging);
+    uint64_t t_unpinned = gp_now_ns();
     err = gp_pool_release_all(&rep->bytes);
+    uint64_t t_released = gp_now_ns();
     /* Not fatal: the driver's checkpoint then copies the stacks too. */
     struct gp_shim_info info;
     gp_shim_info(&info);
@@ -309,8 +311,9 @@ static int handle_suspend_pool(struct gp_request *r)
         GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s", where,
                  held_image);
     else
-        GP_INFO("control", "suspended: released %llu MiB; data held %s %s", (unsigned long long)(rep->bytes >> 20),
-                where, held_image);
+        GP_INFO("control", "suspended: released %llu MiB (staging unpinned %.3f s, pool %.3f s, stacks %.3f s); data held %s %s",
+                (unsigned long long)(rep->bytes >> 20), (t_unpinned - t0) / 1e9, (t_released - t_unpinned) / 1e9,
+                (t0 + rep->ns - t_released) / 1e9, where, held_image);
     return err;
 }
 
