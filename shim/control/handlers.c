@@ -271,9 +271,11 @@ static int handle_suspend_pool(struct gp_request *r)
         return -ENOENT;
     if (on_gpu && !gp_peer_held_complete())
         return -EINVAL;
+    uint64_t t_asked = gp_now_ns();
     if (!on_gpu)
         gp_peer_drop();
     gp_staging_releases_wait();
+    uint64_t t_waited = gp_now_ns();
     /* Held elsewhere than in private memory, the process may be dumped by
      * CRIU next (a whole-process checkpoint): it must not take the spare
      * host memory along as the application's. */
@@ -311,9 +313,12 @@ static int handle_suspend_pool(struct gp_request *r)
         GP_ERROR("control", "suspend: the driver kept part of the pool mapped; suspended with the data %s %s", where,
                  held_image);
     else
-        GP_INFO("control", "suspended: released %llu MiB (staging unpinned %.3f s, pool %.3f s, stacks %.3f s); data held %s %s",
-                (unsigned long long)(rep->bytes >> 20), (t_unpinned - t0) / 1e9, (t_released - t_unpinned) / 1e9,
-                (t0 + rep->ns - t_released) / 1e9, where, held_image);
+        GP_INFO("control",
+                "suspended: released %llu MiB (copies and releases waited for %.3f s, spare memory dropped %.3f s, staging "
+                "unpinned %.3f s, pool %.3f s, stacks %.3f s); data held %s %s",
+                (unsigned long long)(rep->bytes >> 20), (t_waited - t_asked) / 1e9, (t0 - t_waited) / 1e9,
+                (t_unpinned - t0) / 1e9, (t_released - t_unpinned) / 1e9, (t0 + rep->ns - t_released) / 1e9, where,
+                held_image);
     return err;
 }
 
