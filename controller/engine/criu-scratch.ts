@@ -14,6 +14,7 @@
  */
 import { copyFileSync, mkdirSync, readdirSync, statfsSync, unlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
+import { freemem } from 'node:os';
 import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { log } from '../base/log.js';
@@ -70,8 +71,9 @@ export async function makeScratch(bytes: number, files: number, beside: string):
  * (2x H200, test/gpu/probes/criu_rank_dumps.sh).
  */
 export async function makeDumpScratch(treeBytes: number): Promise<Scratch | undefined> {
-  // A cgroup's limit counts: tmpfs pages are not reclaimed as a disk's page cache is.
-  const available = process.availableMemory();
+  // A cgroup's limit counts: tmpfs pages are not reclaimed as a disk's
+  // page cache is (node before 20.13 knows the host's memory only).
+  const available = typeof process.availableMemory === 'function' ? process.availableMemory() : freemem();
   if (available < 2 * treeBytes + MARGIN) return undefined;
   const dir = join(MEMORY_DIR, tempDirName('criu-dump'));
   try {
