@@ -498,7 +498,8 @@ describe('frame codec', () => {
     await writeFile(
       join(dir, 'codec.cjs'),
       toCjs('../controller/image/frame-codec.ts')
-        .replaceAll('"zstd-napi/binding.js"', JSON.stringify(require.resolve('zstd-napi/binding.js')))
+        .replaceAll('import.meta.url', '__filename') // its lazy require, in CommonJS
+        .replaceAll(/["']zstd-napi\/binding\.js["']/g, JSON.stringify(require.resolve('zstd-napi/binding.js')))
         .replaceAll('"zstd-napi"', JSON.stringify(require.resolve('zstd-napi')))
         .replaceAll('"../base/errors.js"', '"./errors.cjs"')
         .replaceAll('"../../native/index.js"', '"./native.cjs"')

@@ -7,7 +7,7 @@
 import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, threadId, workerData } from 'node:worker_threads';
 import { GpuckptError } from '../base/errors.js';
-import { compressFrame, compressPlanes, decompressFrame } from '../image/frame-codec.js';
+import { compressFrame, compressPlanes, decompressFrame, loadZstd } from '../image/frame-codec.js';
 import { chooseLayout, fromPlanes, PLANES_TUNING, toPlanes, type FrameLayout } from '../image/byte-planes.js';
 import { readFrameSource, readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
@@ -17,6 +17,8 @@ import type { CodecReply, CodecTask } from './codec-pool.js';
 const MAX_TASK = 64 * 1024 * 1024;
 /** The staging the pool mapped for every thread (CodecPool.mapStaging). */
 let staging: { base: bigint; size: number } | undefined;
+
+loadZstd(); // while the worker starts, ahead of its first frame
 
 function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
   switch (task.op) {

@@ -15,10 +15,27 @@
  * context objects), so this is safe in workers and avoids a context
  * allocation per frame.
  */
-import zstd from 'zstd-napi/binding.js';
+import { createRequire } from 'node:module';
+import type zstdBinding from 'zstd-napi/binding.js';
 import { GpuckptError } from '../base/errors.js';
 import { native } from '../../native/index.js';
 import { planeParts, storedFrameBound } from './format.js';
+
+type Zstd = typeof zstdBinding;
+let binding: Zstd | undefined;
+
+/**
+ * zstd's binding, loaded at the first frame: the main thread of most
+ * commands never codes one (20 ms of its start). A codec worker loads it
+ * as it starts (loadZstd), not in its first frame.
+ */
+function zstd(): Zstd {
+  return (binding ??= createRequire(import.meta.url)('zstd-napi/binding.js') as Zstd);
+}
+
+export function loadZstd(): void {
+  zstd();
+}
 
 /** zstd frame magic 0xFD2FB528, little-endian on disk. */
 const ZSTD_MAGIC = 0xfd2fb528;
@@ -30,20 +47,21 @@ export interface FrameTuning {
   hashLog?: number;
 }
 
-const cctxs = new Map<string, InstanceType<typeof zstd.CCtx>>();
-let dctx: InstanceType<typeof zstd.DCtx> | undefined;
+const cctxs = new Map<string, InstanceType<Zstd['CCtx']>>();
+let dctx: InstanceType<Zstd['DCtx']> | undefined;
 /** Where compressedLength compresses (a sample's worth, grown as needed). */
 let lengthScratch = new Uint8Array(0);
 
-function cctxFor(level: number, tuning: FrameTuning): InstanceType<typeof zstd.CCtx> {
+function cctxFor(level: number, tuning: FrameTuning): InstanceType<Zstd['CCtx']> {
   const key = `${level} ${tuning.hashLog ?? ''}`;
   let cctx = cctxs.get(key);
   if (!cctx) {
-    cctx = new zstd.CCtx();
-    cctx.setParameter(zstd.CParameter.compressionLevel, level);
-    cctx.setParameter(zstd.CParameter.checksumFlag, 1);
-    cctx.setParameter(zstd.CParameter.contentSizeFlag, 1);
-    if (tuning.hashLog !== undefined) cctx.setParameter(zstd.CParameter.hashLog, tuning.hashLog);
+    const z = zstd();
+    cctx = new z.CCtx();
+    cctx.setParameter(z.CParameter.compressionLevel, level);
+    cctx.setParameter(z.CParameter.checksumFlag, 1);
+    cctx.setParameter(z.CParameter.contentSizeFlag, 1);
+    if (tuning.hashLog !== undefined) cctx.setParameter(z.CParameter.hashLog, tuning.hashLog);
     cctxs.set(key, cctx);
   }
   return cctx;
@@ -58,7 +76,7 @@ function cctxFor(level: number, tuning: FrameTuning): InstanceType<typeof zstd.C
  * lighter to hold while it waits for the disk.
  */
 export function compressFrame(raw: Uint8Array, level = 1, tuning: FrameTuning = {}): Uint8Array {
-  const out = new Uint8Array(zstd.compressBound(raw.length));
+  const out = new Uint8Array(zstd().compressBound(raw.length));
   return handedOver(out, cctxFor(level, tuning).compress2(out, raw));
 }
 
@@ -77,7 +95,7 @@ function handedOver(out: Uint8Array, n: number): Uint8Array {
  */
 export function compressPlanes(planes: Uint8Array, size: 2 | 4, stored: number, level = 1, tuning: FrameTuning = {}): Uint8Array {
   const parts = planeParts(planes.length, size);
-  const out = new Uint8Array(parts.reduce((s, [a, b], k) => s + (stored & (1 << k) ? storedFrameBound(b - a) : zstd.compressBound(b - a)), 0));
+  const out = new Uint8Array(parts.reduce((s, [a, b], k) => s + (stored & (1 << k) ? storedFrameBound(b - a) : zstd().compressBound(b - a)), 0));
   let n = 0;
   parts.forEach(([a, b], k) => {
     const into = out.subarray(n);
@@ -88,7 +106,7 @@ export function compressPlanes(planes: Uint8Array, size: 2 | 4, stored: number, 
 
 /** The length of compressFrame(raw, level, tuning), into memory it reuses (a sample, judged by its size). */
 export function compressedLength(raw: Uint8Array, level = 1, tuning: FrameTuning = {}): number {
-  const bound = zstd.compressBound(raw.length);
+  const bound = zstd().compressBound(raw.length);
   if (lengthScratch.length < bound) lengthScratch = new Uint8Array(bound);
   return cctxFor(level, tuning).compress2(lengthScratch, raw);
 }
@@ -120,8 +138,8 @@ export function decompressFrame(compressed: Uint8Array, expectedLength: number, 
     let declared: number | null;
     let length: number;
     try {
-      declared = zstd.getFrameContentSize(frame);
-      length = zstd.findFrameCompressedSize(frame);
+      declared = zstd().getFrameContentSize(frame);
+      length = zstd().findFrameCompressedSize(frame);
     } catch (e) {
       throw corrupt(`bad zstd frame (${(e as Error).message})`, e);
     }
@@ -134,7 +152,7 @@ export function decompressFrame(compressed: Uint8Array, expectedLength: number, 
   }
   if (total !== expectedLength) throw corrupt(`zstd frames declare ${total} content bytes, expected ${expectedLength}`);
 
-  dctx ??= new zstd.DCtx();
+  dctx ??= new (zstd().DCtx)();
   if (into && into.length !== expectedLength) throw new GpuckptError('INTERNAL', `decompressing ${what}: a ${into.length}-byte destination for ${expectedLength} bytes`);
   const out = into ?? Buffer.allocUnsafe(expectedLength);
   let produced = 0;
