@@ -29,7 +29,6 @@ function keyName(key: bigint): string {
   return key.toString(16).padStart(16, '0');
 }
 
-
 function describeComm(c: NcclComm): string {
   return `communicator ${keyName(c.key)} (rank ${c.rank} of ${c.nranks})`;
 }

@@ -185,39 +185,31 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   const clock = new PhaseClock('criu pages unpack', t0); // the trace's steps
   const index = readPackedIndex(dir);
   clock.mark('index');
-  const rawBytes = index ? sizesOf(index.files).rawBytes : 0;
   // Room for every page: the plan of what is left out comes later.
-  const { dir: scratch, remove: cleanup, huge } = await makeScratch(rawBytes, index?.files.length ?? 0, dirname(dir));
+  const { dir: scratch, remove: cleanup, huge } = await makeScratch(index ? sizesOf(index.files).rawBytes : 0, index?.files.length ?? 0, dirname(dir));
   try {
-    const codecs = index ? (opts.codecs ?? new CodecPool(opts.workers)) : undefined;
+    if (!index) {
+      linkCriuFiles(dir, scratch, undefined, new Map()); // CRIU's pages raw: taken where they are
+      return { dir: scratch, huge, cleanup };
+    }
+    const codecs = opts.codecs ?? new CodecPool(opts.workers);
     try {
       // The files the plan may leave pages out of (planned) are unpacked
       // last: the others' frames go to the workers first, and are unpacked
       // while the plan decodes pagemaps on this thread (0.07 s for the
       // 2-rank DDP job's, 2x H200).
-      const zero = index ? planned(index, opts.leaveOutZerosFrom ?? PLAN_MIN_ZERO_BYTES) : new Map<string, PageRuns>();
+      const zero = planned(index, opts.leaveOutZerosFrom ?? PLAN_MIN_ZERO_BYTES);
+      const frames = framesOf(dir, index);
       const queued = performance.now();
-      const done = index ? unpackFiles(dir, scratch, index.files.filter((f) => !zero.has(f.name)), index, codecs!, new Map()) : [];
-      for (const d of done) d.catch(() => undefined); // awaited below, or dropped by a failure meanwhile
+      const done = unpackFiles(scratch, index.files.filter((f) => !zero.has(f.name)), frames, codecs, new Map());
       clock.mark('scratch');
-      const drops = new Map((index && zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : []).map((d) => [d.file, d]));
+      const drops = zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
       clock.mark('plan');
-      if (index && logEnabled('debug'))
-        log('debug', 'criu pages unpack', `${index.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0)} zero runs in the index; ${[...drops.values()].reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${[...drops.values()].reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
-      // A raw file the index packs is one the checkpoint could not remove: the packed one stands for it.
-      const packed = new Set(index?.files.flatMap((f) => [f.name + PACKED, f.name]));
-      const rewritten = new Map([...drops.values()].map((d) => [d.pagemap.name, d.pagemap.bytes]));
-      for (const name of readdirSync(dir)) {
-        if (name === PACKED_INDEX || packed.has(name) || WRITTEN_BY_RESTORE.has(name)) continue;
-        const bytes = rewritten.get(name);
-        if (bytes) writeFileSync(join(scratch, name), bytes, { mode: 0o600, flag: 'wx' });
-        else symlinkSync(join(dir, name), join(scratch, name));
-      }
-      if (!index) return { dir: scratch, huge, cleanup };
-      const dropped = new Map([...drops.values()].map((d) => [d.file, d.dropped]));
-      const last = unpackFiles(dir, scratch, index.files.filter((f) => zero.has(f.name)), index, codecs!, dropped);
-      for (const d of last) d.catch(() => undefined);
-      done.push(...last);
+      if (logEnabled('debug'))
+        log('debug', 'criu pages unpack', `${index.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0)} zero runs in the index; ${drops.reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${drops.reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
+      linkCriuFiles(dir, scratch, index, new Map(drops.map((d) => [d.pagemap.name, d.pagemap.bytes])));
+      const dropped = new Map(drops.map((d) => [d.file, d.dropped]));
+      done.push(...unpackFiles(scratch, index.files.filter((f) => zero.has(f.name)), frames, codecs, dropped));
       // Given up (the restore was refused meanwhile): the queued frames are
       // dropped by close(), which waits only for those under way.
       const given = new Promise<never>((_, rej) => {
@@ -233,7 +225,7 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
       const leftOutBytes = [...dropped.values()].reduce((n, runs) => n + runsPages(runs) * PAGE_BYTES, 0);
       return { dir: scratch, huge, pages: { ...summaryOf(index.files, t0), ...(leftOutBytes ? { leftOutBytes } : {}) }, cleanup };
     } finally {
-      if (codecs && !opts.codecs) await codecs.close();
+      if (!opts.codecs) await codecs.close();
     }
   } catch (e) {
     await cleanup();
@@ -241,13 +233,26 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
   }
 }
 
+/** dir's files but the packed pages and what a restore writes linked into scratch, or written there where rewritten has them (by name). */
+function linkCriuFiles(dir: string, scratch: string, index: PackedIndex | undefined, rewritten: Map<string, Buffer>): void {
+  // A raw file the index packs is one the checkpoint could not remove: the packed one stands for it.
+  const packed = new Set(index?.files.flatMap((f) => [f.name + PACKED, f.name]));
+  for (const name of readdirSync(dir)) {
+    if (name === PACKED_INDEX || packed.has(name) || WRITTEN_BY_RESTORE.has(name)) continue;
+    const bytes = rewritten.get(name);
+    if (bytes) writeFileSync(join(scratch, name), bytes, { mode: 0o600, flag: 'wx' });
+    else symlinkSync(join(dir, name), join(scratch, name));
+  }
+}
+
 /**
- * files of index made in scratch, each its size less the pages dropped
- * leaves out, and every frame of theirs queued to the workers (frames in
- * the order they were packed: the workers go on while the event loop is
- * busy with the restore's checks).
+ * files made in scratch, each its size less the pages dropped leaves out,
+ * and their frames queued to the workers in the order they were packed
+ * (the workers go on while the event loop is busy with the restore's
+ * checks). A frame's failure is taken when all are awaited, or dropped
+ * with a failure before that.
  */
-function unpackFiles(dir: string, scratch: string, files: PackedFile[], index: PackedIndex, codecs: CodecPool, dropped: Map<string, PageRuns>): ReturnType<CodecPool['decompressToFile']>[] {
+function unpackFiles(scratch: string, files: PackedFile[], frames: Frame[], codecs: CodecPool, dropped: Map<string, PageRuns>): ReturnType<CodecPool['decompressToFile']>[] {
   for (const f of files) {
     const fd = openSync(join(scratch, f.name), 'wx', 0o600);
     try {
@@ -258,11 +263,13 @@ function unpackFiles(dir: string, scratch: string, files: PackedFile[], index: P
   }
   const names = new Set(files.map((f) => f.name));
   const layout = frameLayouts(dropped);
-  return framesOf(dir, index)
+  return frames
     .filter((f) => names.has(f.name))
     .map((f) => {
       const placed = layout(f);
-      return codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), placed ? placed.dstPage * PAGE_BYTES : f.dstOffset, f.rawLength, f.what, placed?.keep);
+      const done = codecs.decompressToFile(f.src, f.srcOffset, f.srcLength, join(scratch, f.name), placed ? placed.dstPage * PAGE_BYTES : f.dstOffset, f.rawLength, f.what, placed?.keep);
+      done.catch(() => undefined);
+      return done;
     });
 }
 

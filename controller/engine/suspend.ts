@@ -408,13 +408,10 @@ export async function resumeProcess(
   const t0 = performance.now();
   const clock = new PhaseClock(`resume ${pid}`);
   const turn = opts.thawOrder?.member();
-  let session: ShimSession;
-  try {
-    session = await ShimSession.open(pid);
-  } catch (e) {
-    turn?.done();
+  const session = await ShimSession.open(pid).catch((e: unknown) => {
+    turn?.done(); // the others' turns come without this one
     throw e;
-  }
+  });
   clock.mark('connect');
   // Opened here and closed here; a loader (and its reader) the caller gave stays the caller's.
   let reader: ImageReader | undefined;

@@ -99,7 +99,6 @@ async function poolInUse(pid: number): Promise<number> {
   }
 }
 
-
 /**
  * Runs make(dir, opts) (a checkpoint into dir, with onWriter set) and
  * streams the image it writes to `to` ('-' or a file, which is complete

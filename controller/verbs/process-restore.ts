@@ -82,7 +82,7 @@ export async function restoreProcess(
     const info = readProcessInfo(dir);
     // CRIU's pages are unpacked while the checks run (they touch nothing but
     // a scratch directory); the pool images wait for every core until then.
-    // The same workers go on to the first pool image: started again there,
+    // The same workers go on to the largest pool image: started again there,
     // 32 of them took 0.3 s before CRIU could start.
     codecs = codecPool(opts.workers);
     scratch = unpackCriuDir(dir, { codecs, signal: refused.signal });
@@ -219,7 +219,7 @@ async function resumeAndRebuild(
   }
 }
 
-/** Every loader taken out of loaders and closed at once, and the workers the first took over or was to take (a pool closes once). */
+/** Every loader taken out of loaders and closed at once, and the workers the largest took over or was to take (a pool closes once). */
 async function closeLoaders(loaders: PoolLoader[], codecs: CodecPool | undefined): Promise<void> {
   await Promise.all([...loaders.splice(0).map((l) => l.close()), codecs?.close()]);
 }
