@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { imageFile, message } from './fake-criu/criu-image.mjs';
+import { hugeTmpfsRefused } from './helpers/huge-tmpfs.js';
 
 const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`, import.meta.url).href);
 const { unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
@@ -105,14 +106,7 @@ describe('CRIU pages', () => {
   it("the scratch is a tmpfs of its own with huge pages where this process may mount one, unmounted at cleanup, and so is a dead restore's; GPUCKPT_HUGE_SCRATCH=0: plain /dev/shm", async () => {
     const { dir, files } = criuDir('huge');
     await packCriuPages(dir, { workers: 2 });
-    const probe = mkdtempSync(join(root, 'mount-probe-'));
-    let mayMount = true;
-    try {
-      native().mountHugeTmpfs(probe, 4 << 20);
-      native().unmountLazy(probe);
-    } catch {
-      mayMount = false; // no right to mount (EPERM), or a kernel without huge tmpfs (EINVAL): the plain directory
-    }
+    const mayMount = !hugeTmpfsRefused(); // else the plain directory
     // A dead restore's scratch, still mounted where mounts are allowed.
     const dead = spawnSync('true').pid!;
     const stale = join('/dev/shm', `.criu-restore.gpuckpt-tmp-${dead}-0123456789abcdef`);

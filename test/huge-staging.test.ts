@@ -17,26 +17,13 @@ import { join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { closeStaging } from '../controller/adapters/session.js';
 import { hugeStaging } from '../controller/engine/staging-files.js';
-import { native } from '../native/index.js';
 import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+import { hugeTmpfsRefused } from './helpers/huge-tmpfs.js';
 
 const { box, env } = checkpointingSandbox();
 const MiB = 1024 * 1024;
 
-/** Why a tmpfs of huge pages cannot be mounted here, or undefined where it can. */
-function mountRefused(): string | undefined {
-  const dir = mkdtempSync(join(tmpdir(), 'gpuckpt-huge-probe-'));
-  try {
-    native().mountHugeTmpfs(dir, 2 * MiB);
-    native().unmountLazy(dir);
-    return undefined;
-  } catch (e) {
-    return (e as Error).message;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-const refused = mountRefused();
+const refused = hugeTmpfsRefused();
 if (refused) console.log(`huge staging tests skipped: a tmpfs of huge pages cannot be mounted here (${refused})`);
 
 const hugeMounts = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes('huge-staging-'));

@@ -10,10 +10,10 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { dirname, join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { defaultHoldDir } from '../controller/engine/suspend.js';
+import { hugeTmpfsRefused } from './helpers/huge-tmpfs.js';
 import { APPS, checkpointingSandbox, eventually, json, lazyFreeKiB, mappingRssKiB, ROOT, within } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
-const { native } = await import(new URL('../dist/native/index.js', import.meta.url).href);
 
 const start = () => box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
 const cli = (args: string[], extra: Record<string, string> = {}) => box.cli(args, { ...env, ...extra });
@@ -414,15 +414,7 @@ describe("CRIU's pages", () => {
   });
 
   it('CRIU writes them into a tmpfs of huge pages of its own where the checkpoint may mount one, its other files moved into the image; GPUCKPT_HUGE_SCRATCH=0: beside the image', async () => {
-    const probe = box.path('mount-probe');
-    mkdirSync(probe);
-    let mayMount = true;
-    try {
-      native().mountHugeTmpfs(probe, 4 << 20);
-      native().unmountLazy(probe);
-    } catch {
-      mayMount = false; // no right to mount, or no huge tmpfs: CRIU writes beside the image
-    }
+    const mayMount = !hugeTmpfsRefused(); // else CRIU writes beside the image
     for (const [name, extra] of [['pages-scratch', {}], ['pages-beside', { GPUCKPT_HUGE_SCRATCH: '0' }]] as const) {
       const { app } = await start();
       const out = box.path(name);
