@@ -376,6 +376,34 @@ describe('CRIU pages', () => {
     await scratch.cleanup();
   });
 
+  it('a packer grown while CRIU writes (the pool images done) sends frames to its new workers too, and writes every file in order', async () => {
+    const dir = join(root, 'grown');
+    mkdirSync(dir);
+    const raw = randomBytes(48 << 20); // 12 incompressible frames
+    const pools = new Set<unknown>();
+    const compressFile = CodecPool.prototype.compressFile;
+    CodecPool.prototype.compressFile = function (this: unknown, ...args: unknown[]) {
+      pools.add(this);
+      return compressFile.apply(this, args as any);
+    };
+    try {
+      const packer = new CriuPagesPacker(dir, { workers: 1 }).follow();
+      writeFileSync(join(dir, 'pages-1.img'), raw.subarray(0, 16 << 20));
+      packer.grow(3);
+      packer.grow(2); // never shrinks
+      appendFileSync(join(dir, 'pages-1.img'), raw.subarray(16 << 20));
+      const s = await packer.finish();
+      expect(s).toMatchObject({ files: 1, rawBytes: raw.length });
+      packer.grow(4); // closed: nothing started
+    } finally {
+      CodecPool.prototype.compressFile = compressFile;
+    }
+    expect(pools.size).toBe(2);
+    const scratch = await unpackCriuDir(dir, { workers: 2, leaveOutZerosFrom: 0 });
+    expect(readFileSync(join(scratch.dir, 'pages-1.img')).equals(raw)).toBe(true);
+    await scratch.cleanup();
+  });
+
   it('a refused writeback costs nothing but the final sync: the pages are packed as without it', async () => {
     const dir = join(root, 'writeback-refused');
     mkdirSync(dir);

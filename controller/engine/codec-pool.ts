@@ -96,6 +96,11 @@ export class CodecPool {
     return this.pool.size;
   }
 
+  /** Tasks sent to the workers and not yet answered. */
+  get inFlight(): number {
+    return this.pool.inFlight;
+  }
+
   /** Idle workers that keep no process alive (unref), or that do again (ref). */
   hold(keepAlive: boolean): void {
     this.pool.hold(keepAlive);

@@ -42,11 +42,11 @@ interface FileState extends PackedFile {
 }
 
 /**
- * Workers for packing while CRIU dumps (follow): a quarter of the cores
- * outpaces CRIU's writing, and they start and end sooner beside a pool
- * image's workers. Every core's worth, started while the PyTorch job's
- * pool image compressed, took 0.37 s to start and 0.2 s to end once CRIU
- * was done, the checkpoint waiting on that end (2x H200).
+ * Workers for packing while CRIU dumps (follow), beside pool images still
+ * being compressed: a quarter of the cores. Every core's worth, started
+ * while the PyTorch job's pool image compressed, took 0.37 s to start and
+ * 0.2 s to end once CRIU was done (2x H200). Once the pool images are done,
+ * the packer grows to every core (grow).
  */
 export function followingWorkers(): number {
   return Math.ceil(defaultWorkerCount() / 4);
@@ -54,7 +54,10 @@ export function followingWorkers(): number {
 
 export class CriuPagesPacker {
   private readonly files = new Map<string, FileState>();
-  private readonly codecs: CodecPool;
+  /** The workers it started with, then those grow() added. */
+  private readonly pools: CodecPool[];
+  /** Set once finish() or abandon() closes the pools: none is added after. */
+  private closing = false;
   private readonly limiter: Limiter;
   private readonly t0 = performance.now();
   private timer: NodeJS.Timeout | undefined;
@@ -75,9 +78,35 @@ export class CriuPagesPacker {
     private readonly opts: { level?: number; workers?: number; codecs?: CodecPool; startWriteback?: (fd: number) => Promise<void>; rawDir?: string } = {},
   ) {
     this.rawDir = opts.rawDir ?? dir;
-    this.codecs = opts.codecs ?? new CodecPool(opts.workers);
+    this.pools = [opts.codecs ?? new CodecPool(opts.workers)];
     // Compressed in parallel, a window of frames ahead of the writes.
-    this.limiter = new Limiter(2 * this.codecs.size);
+    this.limiter = new Limiter(2 * this.workers);
+  }
+
+  private get workers(): number {
+    return this.pools.reduce((n, p) => n + p.size, 0);
+  }
+
+  /**
+   * The cores the pool images used are free (their frames are all
+   * compressed): up to workers in all from now on. A 2-rank job's CRIU
+   * wrote 2.4 GB faster than a quarter of the cores packed it, leaving
+   * them 153 frames, 0.33 s of packing after its end (2x H200).
+   */
+  grow(workers: number): void {
+    if (this.opts.codecs || this.closing || workers <= this.workers) return;
+    this.pools.push(new CodecPool(workers - this.workers));
+    this.limiter.setLimit(2 * this.workers);
+  }
+
+  /** The pool whose workers have the fewest frames each. */
+  private idlest(): CodecPool {
+    return this.pools.reduce((a, b) => (b.inFlight / b.size < a.inFlight / a.size ? b : a));
+  }
+
+  private async closePools(): Promise<void> {
+    this.closing = true;
+    if (!this.opts.codecs) await Promise.all(this.pools.map((p) => p.close()));
   }
 
   /** While CRIU writes: each frame compressed once its bytes are all there. */
@@ -104,7 +133,7 @@ export class CriuPagesPacker {
       if (this.failure === undefined) this.scan(true);
       const files = [...this.files.values()];
       await this.settled();
-      log('debug', 'criu pages pack', `CRIU done: ${behind} frames in the workers and ${this.framesLaunched - cut} not cut yet, of ${this.framesLaunched}; written ${((performance.now() - t0) / 1000).toFixed(3)} s later (${this.codecs.size} workers)`);
+      log('debug', 'criu pages pack', `CRIU done: ${behind} frames in the workers and ${this.framesLaunched - cut} not cut yet, of ${this.framesLaunched}; written ${((performance.now() - t0) / 1000).toFixed(3)} s later (${this.pools.map((p) => p.size).join(' + ')} workers)`);
       if (this.failure !== undefined) throw this.failure;
       for (const f of files) if (f.fd === undefined) f.fd = openSync(join(this.dir, f.name + PACKED), 'w', 0o600); // an empty file
       this.closeAll();
@@ -118,7 +147,7 @@ export class CriuPagesPacker {
       this.removePacked();
       throw new GpuckptError('IMAGE_WRITE_FAILED', `cannot compress CRIU's pages: ${osErrorText(e)}`, { cause: e });
     } finally {
-      if (!this.opts.codecs) await this.codecs.close();
+      await this.closePools();
     }
   }
 
@@ -146,7 +175,7 @@ export class CriuPagesPacker {
     this.failure ??= new Error('given up');
     await this.settled();
     this.removePacked();
-    if (!this.opts.codecs) await this.codecs.close();
+    await this.closePools();
   }
 
   /** Every frame handed out written (or given up), and the writeback started last returned: the fds may close. */
@@ -172,7 +201,7 @@ export class CriuPagesPacker {
   private launch(f: FileState, offset: number, length: number): void {
     this.framesLaunched++;
     this.framesPending++;
-    const compressed = this.limiter.run(() => this.codecs.compressFile(join(this.rawDir, f.name), offset, length, this.opts.level ?? 1));
+    const compressed = this.limiter.run(() => this.idlest().compressFile(join(this.rawDir, f.name), offset, length, this.opts.level ?? 1));
     compressed.catch(() => undefined); // taken in order below
     f.tail = f.tail.then(async () => {
       const { data, zeroPages } = await compressed;

@@ -30,6 +30,7 @@ import { describeFrameworkUse } from '../engine/framework-free.js';
 import { PAGES, type PagesSummary } from '../engine/criu-pages.js';
 import { makeDumpScratch, moveFiles, type Scratch } from '../engine/criu-scratch.js';
 import { CriuPagesPacker, followingWorkers } from '../engine/criu-pages-pack.js';
+import { defaultWorkerCount } from '../engine/codec-pool.js';
 import { heldOrImages, MEMBERS_DIR, memberImageDir, resumeAfterFailure, resumeMembers, suspendMembers } from '../engine/members.js';
 import type { CheckpointOptions } from '../engine/pool-image.js';
 import { CRIU_DIR, writeProcessInfo, type ProcessInfo } from '../engine/restore-plan.js';
@@ -227,7 +228,8 @@ export async function checkpointProcess(
   };
   // Each member's summary once its pool image is complete; observed below, never an unhandled rejection.
   const imagesDone = Promise.all(suspended.map((s) => s.pending ?? s));
-  imagesDone.catch(() => undefined);
+  // Their cores are the packer's once they are done (unless --workers says how many).
+  imagesDone.then(() => opts.workers === undefined && packer?.grow(defaultWorkerCount()), () => undefined);
   let finished = suspended;
   const dumped = () => {
     dumpSeconds = (performance.now() - d0) / 1000;
