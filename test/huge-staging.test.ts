@@ -58,13 +58,15 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
   });
 
   it('carries a gpu-only image, restored bit for bit', async () => {
-    const { app, ready } = await box.start(APPS.linked, { env });
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, GPUCKPT_LOG: 'debug' } });
     const image = box.path('huge-gpu-only');
     const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], { ...env, GPUCKPT_LOG: 'debug' });
     expect(ck.code).toBe(0);
     expect(ck.stderr).toMatch(new RegExp(`staging: process ${app.pid}: .* of staging on huge pages, \\d+ files`));
     expect(ck.stderr).not.toMatch(/did not take staging on huge pages|refused the controller's staging/);
-    await app.command('mutate');
+    await app.command('mutate'); // its stderr read meanwhile
+    // The shim sees the files are on huge pages (fewer threads prepare them).
+    expect(app.stderr).toMatch(/staging: preparing \d+ pieces on \d+ threads \(files of huge pages\)/);
     expect(box.cli(['restore', image, '--into', String(app.pid)], env).code).toBe(0);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
     expect(hugeMounts()).toEqual([]);
@@ -78,7 +80,7 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
   });
 
   it("is left out with GPUCKPT_HUGE_STAGING=0: the shim's memfds carry the image, and memfds load it", async () => {
-    const { app, ready } = await box.start(APPS.linked, { env });
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, GPUCKPT_LOG: 'debug' } });
     const image = box.path('memfd-gpu-only');
     const off = { ...env, GPUCKPT_HUGE_STAGING: '0', GPUCKPT_LOG: 'debug' };
     const ck = box.cli(['checkpoint', String(app.pid), '--gpu-only', '-o', image], off);
@@ -86,7 +88,8 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     await app.command('mutate');
     const rs = box.cli(['restore', image, '--into', String(app.pid)], off);
     expect(rs.code).toBe(0);
-    expect(`${ck.stderr}${rs.stderr}`).not.toMatch(/huge pages/);
+    expect(`${ck.stderr}${rs.stderr}${app.stderr}`).not.toMatch(/huge pages/);
+    expect(app.stderr).toMatch(/staging: preparing \d+ pieces on \d+ threads\n/);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 

@@ -287,8 +287,10 @@ static int handle_suspend_pool(struct gp_request *r)
     if (hold)
         gp_staging_hold(&c->staging, &held_data);
     else
-        gp_staging_destroy(&c->staging);
+        gp_staging_unpin(&c->staging);
     uint64_t t_unpinned = gp_now_ns();
+    gp_staging_destroy(&c->staging); /* held: nothing is left to unmap */
+    uint64_t t_unmapped = gp_now_ns();
     err = gp_pool_release_all(&rep->bytes);
     uint64_t t_released = gp_now_ns();
     /* Not fatal: the driver's checkpoint then copies the stacks too. */
@@ -315,10 +317,10 @@ static int handle_suspend_pool(struct gp_request *r)
     else
         GP_INFO("control",
                 "suspended: released %llu MiB (copies and releases waited for %.3f s, spare memory dropped %.3f s, staging "
-                "unpinned %.3f s, pool %.3f s, stacks %.3f s); data held %s %s",
+                "unpinned %.3f s, unmapped %.3f s, pool %.3f s, stacks %.3f s); data held %s %s",
                 (unsigned long long)(rep->bytes >> 20), (t_waited - t_asked) / 1e9, (t0 - t_waited) / 1e9,
-                (t_unpinned - t0) / 1e9, (t_released - t_unpinned) / 1e9, (t0 + rep->ns - t_released) / 1e9, where,
-                held_image);
+                (t_unpinned - t0) / 1e9, (t_unmapped - t_unpinned) / 1e9, (t_released - t_unmapped) / 1e9,
+                (t0 + rep->ns - t_released) / 1e9, where, held_image);
     return err;
 }
 

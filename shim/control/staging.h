@@ -37,6 +37,7 @@ struct gp_staging {
     uint64_t size;
     bool borrowed;             /* the held memory, mapped by the held record: not unmapped with s */
     bool anon;                 /* private memory from spare_memory.h, given back there */
+    bool huge_pages;           /* the controller's files on a tmpfs of huge pages */
     struct gp_staging_prep *prep;
     struct gp_bounce *bounce;  /* set: copies go through it, nothing of base is pinned */
     struct gp_prefault *prefault; /* fresh private memory faulted in until the first copy (prefault.h) */
@@ -84,6 +85,9 @@ void gp_staging_close_files(struct gp_staging *s);
 /* Unpins s (or drops its ring) and keeps it in held (whatever held had is dropped). */
 void gp_staging_hold(struct gp_staging *s, struct gp_held *held);
 void gp_held_drop(struct gp_held *held);
+/* Stops what prepares s and unpins it, s staying mapped: the part of
+ * gp_staging_destroy the driver's checkpoint must not see undone. */
+void gp_staging_unpin(struct gp_staging *s);
 void gp_staging_destroy(struct gp_staging *s);
 /* Both, on a thread of their own: unpinning 16 GiB takes 0.3 s, and
  * unmapping it takes time too, that an application already running again
