@@ -93,10 +93,13 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
   });
 
-  it("is what the snapshot holder keeps while CRIU dumps: a pool image failing then resumes the process from it, with its data", async () => {
-    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1' } });
-    const out = box.path('huge-pool-unwritten');
-    const r = box.cli(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug' });
+  it.each([
+    ['pinned by the shim', '0'],
+    ["filled through the shim's bounce ring (GPUCKPT_SUSPEND_BOUNCE=1)", '1'],
+  ])("is what the snapshot holder keeps while CRIU dumps, %s: a pool image failing then resumes the process from it, with its data", async (_, bounce) => {
+    const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', GPUCKPT_LOG: 'debug' } });
+    const out = box.path(`huge-pool-unwritten-${bounce}`);
+    const r = box.cli(['checkpoint', String(app.pid), '-o', out], { ...env, GPUCKPT_TEST_FAULT: 'image-write', GPUCKPT_LOG: 'debug', GPUCKPT_SUSPEND_BOUNCE: bounce });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(new RegExp(`of staging on huge pages`));
     expect(r.stderr).toMatch(new RegExp(`suspend ${app.pid}: hand-off done`));
@@ -104,5 +107,9 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     const row = json<any[]>(box.cli(['ps', '--json'], env).stdout).find((p) => p.pid === app.pid);
     expect(row.poolState).toBe('active');
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
+    // Pinned, the shim prepares the files piece by piece; through the ring, none of them.
+    const prepared = /staging: preparing \d+ pieces on \d+ threads \(files of huge pages\)/;
+    if (bounce === '1') expect(app.stderr).not.toMatch(prepared);
+    else expect(app.stderr).toMatch(prepared);
   });
 });

@@ -251,14 +251,15 @@ export class ShimSession {
   /**
    * Hands staging this process made (staging-files.ts) to the shim, which
    * maps it (this process keeps its fds) and faults in and pins it in the
-   * background, each copy waiting for what it uses; filled: the data is in
-   * it already, so nothing is pinned and copies go through the shim's
-   * bounce ring (see GPCK_STAGING_UNPINNED). ready: prepared before this
+   * background, each copy waiting for what it uses; unpinned: nothing is
+   * pinned and copies go through the shim's bounce ring (see
+   * GPCK_STAGING_UNPINNED: the data is in it already, or a suspend's copy
+   * out must leave nothing to unpin). ready: prepared before this
    * returns, as mapStaging's. OUT_OF_FDS: the application had no room for
    * the fds; ask for the shim's own instead.
    */
-  async giveStaging(staging: StagingMemory, filled: boolean, ready = false): Promise<void> {
-    const flags = StagingFlag.GIVEN | (filled ? StagingFlag.UNPINNED : 0) | (ready ? StagingFlag.READY : 0);
+  async giveStaging(staging: StagingMemory, unpinned: boolean, ready = false): Promise<void> {
+    const flags = StagingFlag.GIVEN | (unpinned ? StagingFlag.UNPINNED : 0) | (ready ? StagingFlag.READY : 0);
     const rep = await this.request(
       'STAGING_MAP',
       'map staging memory',

@@ -26,7 +26,7 @@ import { commandLine } from '../adapters/processes.js';
 import { Progress } from '../base/progress.js';
 import { releaseStaging, ShimSession, type StagingMemory } from '../adapters/session.js';
 import { compressionStart, type CompressionStart } from './compression-start.js';
-import { stagingForShim } from './staging-files.js';
+import { stagingForShim, suspendThroughBounce } from './staging-files.js';
 import { COMPRESSING_COPY_BYTES, MAX_RANGES_PER_COPY, MIN_SKIPPED_ZERO_RUN, packedBytes, splitIntoPieces, StagingRing, stagingForStatus, type Piece, type Placed } from './staging-plan.js';
 import { round, seconds } from '../base/units.js';
 import { DEFAULT_LEASE_MS, native, PoolState, type AllocEntry } from '../../native/index.js';
@@ -192,7 +192,7 @@ export async function writePoolImage(
      * wait for them.
      */
     const mapStaging = async (bytes: number, ready: boolean): Promise<MappedStaging> => {
-      staging = await stagingForShim(session, bytes, ready);
+      staging = await stagingForShim(session, bytes, ready, !!opts.prepareDuringCopy && suspendThroughBounce());
       return { staging, mapped: pool.mapStaging(staging) };
     };
     // What the copy's staging waits for when setup did not (copyPacked awaits it).
