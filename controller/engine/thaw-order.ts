@@ -1,10 +1,11 @@
 /**
  * The order in which members resumed together thaw in the driver: those
- * with no pool data (a launcher) only once the others have thawed. The
- * driver serialises much of its restores across processes: the 2-rank
- * job's took 0.51 and 0.72 s beside the launcher's 0.21 s, one rank's
- * 0.40 s beside its launcher's 0.14 s (2x H200), and the launcher's
- * restore holds up nothing that runs.
+ * with no pool data (a launcher) only once the others have thawed. All
+ * at once, the 2-rank job's driver restores took 0.51 and 0.72 s beside
+ * the launcher's 0.21 s, one rank's 0.40 s beside its launcher's 0.14 s
+ * (2x H200; two ranks' alone slow each other 10-20 %,
+ * test/gpu/probes/driver_pair.c), and the launcher's restore holds up
+ * nothing that runs.
  */
 export class ThawOrder {
   /** Members that may still thaw with data, or have not said yet. */
