@@ -30,8 +30,10 @@
 //                         restore cycles with CRIU's pages raw, restores
 //                         from a cold page cache and restores through
 //                         /dev/shm, not huge pages (raw,cold,raw_cold,shm);
-//                         GPU_TEST_DDP_PROBE=1 runs probes/criu_pages.mjs
-//                         on each shape's first image, and smaps_top.mjs on
+//                         GPU_TEST_DDP_PROBE=1 lists the GPUs holding each
+//                         process's contexts (nvidia-smi), runs
+//                         probes/criu_pages.mjs on each shape's first
+//                         image, and smaps_top.mjs on
 //                         its processes while suspended; BENCH_TRACE=1 keeps
 //                         each checkpoint's and restore's trace and CRIU's
 //                         logs in $OUT (traces.mjs).
@@ -316,6 +318,9 @@ export async function runDistributed(h) {
     add(`${prefix}_gpu_only_s`, g.seconds);
     fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
     const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
+    // Which GPUs hold each member's contexts: a rank's context on a GPU not its own is more for the driver to save.
+    if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
+      say(spawnSync('nvidia-smi', ['--query-compute-apps=pid,gpu_bus_id,used_memory', '--format=csv,noheader'], { encoding: 'utf8' }).stdout?.replace(/^/gm, `# ${prefix} contexts: `) ?? '');
     const s = await cliJson(['suspend', String(job), '--json'], 600_000);
     add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
     // Where each process's memory lies while suspended (the pool held in its own
