@@ -116,9 +116,12 @@ export async function checkpointProcess(
       return {};
     } finally {
       packer = undefined;
-      // What the packer left of CRIU's raw pages (it failed, or could not remove a file) stays in the image.
-      if (scratch) moveFiles(scratch.dir, dir);
-      await scratch?.remove();
+      // What the packer left of CRIU's raw pages (it failed, or could not
+      // remove a file) stays in the image; the scratch goes here, once.
+      const left = scratch;
+      scratch = undefined;
+      if (left) moveFiles(left.dir, dir);
+      await left?.remove();
     }
   };
   const summaryOf = (s: Omit<ProcessCheckpointSummary, 'image' | 'pid' | 'criuVersion' | 'seconds' | 'members' | 'notes'>): ProcessCheckpointSummary => ({

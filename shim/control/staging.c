@@ -365,9 +365,9 @@ static bool unsealable_unlinked_tmpfs(int fd, const struct stat *st, int seals)
 
 /* Each given file is a regular file that cannot shrink under the mapping
  * (sealed, or unsealable and unlinked on a tmpfs) and holds its part: what
- * the protocol header asks of GPCK_STAGING_GIVEN. */
-/* *huge_pages: the files are on huge pages (a tmpfs's inode with huge
- * pages reports them as its block size). */
+ * the protocol header asks of GPCK_STAGING_GIVEN. *huge_pages is cleared
+ * unless every file is on huge pages (a tmpfs's inode with huge pages
+ * reports them as its block size). */
 static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_bytes, bool *huge_pages)
 {
     int err = check_size(size);
@@ -386,7 +386,8 @@ static int check_given(const int *fds, uint32_t nfds, uint64_t size, uint64_t fi
                     "against shrinking or unlinked on a tmpfs", i + 1, nfds, (unsigned long long)part);
             return -EINVAL;
         }
-        *huge_pages = i == 0 ? st.st_blksize == (blksize_t)(2 << 20) : *huge_pages && st.st_blksize == (blksize_t)(2 << 20);
+        if (st.st_blksize != (blksize_t)(2 << 20))
+            *huge_pages = false;
     }
     return 0;
 }
@@ -395,7 +396,7 @@ int gp_staging_take(const int *fds, uint32_t nfds, uint64_t size, uint64_t file_
                     struct gp_staging *out)
 {
     *out = (struct gp_staging){ .nfds = 0 };
-    bool huge_pages = false;
+    bool huge_pages = true;
     int err = check_given(fds, nfds, size, file_bytes, &huge_pages);
     if (!err)
         err = map_files(out, size, file_bytes, fds);
@@ -428,9 +429,7 @@ void gp_staging_hold(struct gp_staging *s, struct gp_held *held)
     gp_held_drop(held);
     if (!s->base)
         return;
-    gp_staging_copy_starts(s); /* none may fault it in once it is held */
-    prep_finish(s);
-    gp_bounce_destroy(s->bounce);
+    gp_staging_unpin(s); /* none may fault it in once it is held */
     gp_staging_close_files(s);
     *held = (struct gp_held){ .base = s->base, .size = s->size, .anon = s->anon };
     *s = (struct gp_staging){ .nfds = 0 };
@@ -458,8 +457,7 @@ void gp_held_drop(struct gp_held *held)
 
 void gp_staging_unpin(struct gp_staging *s)
 {
-    gp_prefault_end(s->prefault, false); /* before the memory goes */
-    s->prefault = NULL;
+    gp_staging_copy_starts(s); /* nothing faults it in any more */
     prep_finish(s);
     gp_bounce_destroy(s->bounce);
     s->bounce = NULL;
