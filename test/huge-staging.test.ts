@@ -94,8 +94,8 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
   });
 
   it.each([
-    ['pinned by the shim', '0'],
-    ["filled through the shim's bounce ring (GPUCKPT_SUSPEND_BOUNCE=1)", '1'],
+    ['pinned by the shim (GPUCKPT_SUSPEND_BOUNCE=0)', '0'],
+    ["filled through the shim's bounce ring (the default)", '1'],
   ])("is what the snapshot holder keeps while CRIU dumps, %s: a pool image failing then resumes the process from it, with its data", async (_, bounce) => {
     const { app, ready } = await box.start(APPS.linked, { env: { ...env, FAKE_CUDA_CKPT_BLOCK: '1', GPUCKPT_LOG: 'debug' } });
     const out = box.path(`huge-pool-unwritten-${bounce}`);
