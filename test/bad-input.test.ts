@@ -71,9 +71,11 @@ describe('refusals', () => {
 
   // Idle workers started ahead keep no process alive: one that did would
   // hang until box.cli's timeout kills it, and have no exit status.
-  it('a restore refused with its workers started ahead (8, or the default for a bad --workers) still exits', () => {
+  it('a restore or a checkpoint refused with its workers started ahead (8, or the default for a bad --workers) still exits', () => {
     expectOneLineError(box.cli(['restore', box.path('nope'), '--workers', '8']), /no image at/);
     expectOneLineError(box.cli(['restore', box.path('nope'), '--workers', '0']), /--workers "0" must be a whole number from 1 to 256/);
+    expectOneLineError(box.cli(['checkpoint', String(pid), '--gpu-only', '-o', image, '--workers', '8']), /exists/);
+    expectOneLineError(box.cli(['checkpoint', String(pid), '--gpu-only', '-o', box.path('x'), '--workers', '0']), /--workers "0" must be a whole number from 1 to 256/);
   });
 
   it('output exists: refused, and --force replaces it', () => {

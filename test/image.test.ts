@@ -1079,6 +1079,26 @@ describe('codec pool', () => {
     }
   });
 
+  it("shares out workers started ahead (a checkpoint's, cli/workers-ahead.ts): each pool runs its own frames, and closing one cancels none of another's", async () => {
+    const { prestartCodecPool, codecPool } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);
+    const raw = pseudoRandom(8 << 20, 6);
+    const good = compressFrame(raw);
+    prestartCodecPool(3);
+    const carved = codecPool(1); // one of the three
+    const rest = codecPool(2); // the two left, the pool itself
+    expect([carved.size, rest.size]).toEqual([1, 2]);
+    const done = { carved: 0, rest: 0 };
+    const queue = (pool: any, key: keyof typeof done) =>
+      Array.from({ length: 40 }, (_, i) => pool.verify(Uint8Array.from(good), raw.length, `frame ${i}`).then(() => done[key]++));
+    const restFrames = queue(rest, 'rest');
+    queue(carved, 'carved');
+    await carved.close(); // cancels what its one worker has queued
+    await Promise.all(restFrames);
+    await rest.close();
+    expect(done.rest).toBe(40);
+    expect(done.carved).toBeLessThan(40);
+  });
+
   it('closing with frames queued waits for the frames being decoded, drops the rest, and leaves nothing to reject', async () => {
     // The pool's worker is the built one (dist/), as the CLI runs it.
     const { CodecPool } = await import(new URL('../dist/controller/engine/codec-pool.js', import.meta.url).href);

@@ -29,12 +29,20 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
   private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
 
+  /** Its workers: as many as it started, still once they have ended (a pool that replaces it starts as many), less those taken. */
+  private count: number;
+
   /**
    * what: the pool's name in its errors ("codec": "codec worker failed: ...").
-   * size: the workers it starts, still its size once they have ended (a
-   * pool that replaces it starts as many).
+   * script: the workers' script, size of them started; or workers taken
+   * from another pool (take), size their number.
    */
-  constructor(script: URL, readonly size: number, private readonly what: string, workerData?: unknown) {
+  constructor(script: URL | Worker[], size: number, private readonly what: string, workerData?: unknown) {
+    this.count = size;
+    if (Array.isArray(script)) {
+      for (const worker of script) this.adopt(worker);
+      return;
+    }
     const t0 = performance.now();
     let online = 0;
     const started = () => {
@@ -43,10 +51,29 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
     for (let i = 0; i < size; i++) {
       const worker = new Worker(script, { workerData });
       if (logEnabled('debug')) worker.once('online', started);
-      worker.on('message', (r: Reply) => this.settle(r));
-      worker.on('error', (e) => this.failAll(e));
-      this.slots.push({ worker, busy: 0 });
+      this.adopt(worker);
     }
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  /**
+   * n of its workers, started or still starting, as a pool of their own:
+   * a pool started ahead of a command shared out among the pools it makes.
+   * Only while none of its tasks is in flight.
+   */
+  take(n: number): WorkerPool<Body, Reply> {
+    if (this.pending.size || this.closing || this.failed || n < 1 || n > this.slots.length)
+      throw new GpuckptError('INTERNAL', `${n} of ${this.slots.length} ${this.what} workers cannot be taken (${this.pending.size} tasks in flight)`);
+    const moved = this.slots.splice(this.slots.length - n, n).map((s) => s.worker);
+    for (const worker of moved) {
+      worker.removeAllListeners('message');
+      worker.removeAllListeners('error');
+    }
+    this.count -= n;
+    return new WorkerPool(moved, n, this.what);
   }
 
   /** Idle workers that keep no process alive (unref), or that do again (ref). */
@@ -88,6 +115,12 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
       this.slots.length = 0;
     })();
     return this.closing;
+  }
+
+  private adopt(worker: Worker): void {
+    worker.on('message', (r: Reply) => this.settle(r));
+    worker.on('error', (e) => this.failAll(e));
+    this.slots.push({ worker, busy: 0 });
   }
 
   private send(slot: Slot | undefined, body: Body, transfer: ArrayBuffer[]): Promise<Reply> {

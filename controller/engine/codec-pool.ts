@@ -13,6 +13,7 @@ import { log } from '../base/log.js';
 
 export type CodecTask =
   | { id: number; op: 'map'; base: bigint; size: number }
+  | { id: number; op: 'cancelFlag'; cancelled: Int32Array }
   | { id: number; op: 'compress'; offset: number; length: number; level: number; planes: PlanesMode }
   | { id: number; op: 'decompress'; src: FrameSource; offset: number; length: number; what: string; planes?: 2 | 4 }
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string; keep?: number[] }
@@ -88,8 +89,22 @@ export class CodecPool {
   /** The staging the workers see (mapStaging), mapped here. */
   private mapped: bigint | undefined;
 
-  constructor(workers = defaultWorkerCount()) {
-    this.pool = new WorkerPool(new URL('./codec-worker.js', import.meta.url), workers, 'codec', { cancelled: this.cancelled });
+  /** workers: that many started, or those taken from another pool (carve). */
+  constructor(workers: number | WorkerPool<TaskBody, CodecReply> = defaultWorkerCount()) {
+    if (typeof workers === 'number') {
+      this.pool = new WorkerPool(new URL('./codec-worker.js', import.meta.url), workers, 'codec', { cancelled: this.cancelled });
+      return;
+    }
+    this.pool = workers;
+    // Before any task of this pool (each worker's messages run in order): its close cancels only its own.
+    this.pool.each({ op: 'cancelFlag', cancelled: this.cancelled }).catch(() => undefined);
+  }
+
+  /** n of its workers as a pool of their own, kept alive while it lives (the rest stay here). */
+  carve(n: number): CodecPool {
+    const taken = new CodecPool(this.pool.take(n));
+    taken.hold(true);
+    return taken;
   }
 
   get size(): number {
@@ -196,19 +211,26 @@ let ahead: CodecPool | undefined;
 
 /**
  * Starts workers before the command that needs them has loaded (cli/entry.ts,
- * for a restore): 31 workers take 0.13 s to start, most of it loading their
- * modules on their own threads, which then runs beside the CLI's loading
- * instead of before CRIU's pages can be unpacked. Until taken they keep no
- * process alive: a command that fails first exits as it would.
+ * for a restore and a checkpoint): 31 workers take 0.13-0.17 s to start,
+ * most of it loading their modules on their own threads, which then runs
+ * beside the CLI's loading instead of inside the pause or before CRIU's
+ * pages can be unpacked. Until taken they keep no process alive: a command
+ * that fails first exits as it would.
  */
 export function prestartCodecPool(workers?: number): void {
   ahead ??= new CodecPool(workers);
   ahead.hold(false);
 }
 
-/** A pool of that many workers (default: defaultWorkerCount()): the one started ahead when it is that size. */
+/**
+ * A pool of that many workers (default: defaultWorkerCount()): taken from
+ * those started ahead while they are as many or more (a job's pool images
+ * share them out, memberShares), else started here.
+ */
 export function codecPool(workers = defaultWorkerCount()): CodecPool {
   const started = ahead;
+  if (started && started.size >= workers) log('debug', 'codec', `${workers} of the ${started.size} workers started ahead taken`);
+  if (started && started.size > workers) return started.carve(workers);
   ahead = undefined;
   if (started?.size === workers) {
     started.hold(true);

@@ -22,6 +22,9 @@ loadZstd(); // while the worker starts, ahead of its first frame
 
 function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
   switch (task.op) {
+    case 'cancelFlag':
+      cancelled = task.cancelled;
+      return { reply: { id: task.id }, transfer: [] };
     case 'map':
       staging = { base: task.base, size: task.size };
       return { reply: { id: task.id }, transfer: [] };
@@ -180,11 +183,11 @@ function stagingView(offset: number, length: number): Uint8Array {
   return new Uint8Array(native().viewAt(staging.base + BigInt(offset), length));
 }
 
-/** Set when the pool closes: what is still queued is answered, not run. */
-const cancelled = (workerData as { cancelled: Int32Array }).cancelled;
+/** Set when the pool closes: what is still queued is answered, not run. The pool's that took this worker (cancelFlag). */
+let cancelled = (workerData as { cancelled: Int32Array }).cancelled;
 
 parentPort!.on('message', (task: CodecTask) => {
-  if (task.op !== 'map' && Atomics.load(cancelled, 0)) {
+  if (task.op !== 'map' && task.op !== 'cancelFlag' && Atomics.load(cancelled, 0)) {
     parentPort!.postMessage({ id: task.id, cancelled: true } satisfies CodecReply);
     return;
   }

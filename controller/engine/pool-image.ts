@@ -9,7 +9,7 @@
  * pause then also covers that compression (reported, never hidden).
  */
 import { hostname } from 'node:os';
-import { CodecPool, describeSpent, type FrameSpent } from './codec-pool.js';
+import { codecPool, type CodecPool, describeSpent, type FrameSpent } from './codec-pool.js';
 import { GpuckptError } from '../base/errors.js';
 import { log, logEnabled } from '../base/log.js';
 import { Limiter } from '../base/limiter.js';
@@ -169,8 +169,9 @@ export async function writePoolImage(
   let committed = false;
   try {
     // First: the workers boot (tens of ms) while the rest of setup runs,
-    // not when staging is first mapped into them, inside the pause.
-    codecs = new CodecPool(opts.workers);
+    // not when staging is first mapped into them, inside the pause; a
+    // checkpoint's started with the command (cli/workers-ahead.ts).
+    codecs = codecPool(opts.workers);
     if (session.hello.poolState === PoolState.DISABLED)
       throw new GpuckptError('SHIM_ERROR', `process ${pid} runs with its pool disabled (the fixed address range was not available); see its stderr`);
     // The parent's chain is read while the shim answers: neither touches
