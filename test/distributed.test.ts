@@ -207,6 +207,23 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
   });
 });
 
+describe('a rank on a GPU other than 0', () => {
+  it("gains no context on GPU 0 from the cut: NCCL's teardown sets back the device it found, 0 on a thread without one", async () => {
+    const args = ['launch', '2', '400', '10'];
+    const two = { FAKE_CUDA_DEVICES: '2' };
+    const job = await startJob('gpu1-rank', args, { ...two, FAKE_CUDA_TRACE: box.path('ctx-%p') });
+    const made = (pid: number) => readFileSync(box.path(`ctx-${pid}`), 'utf8').split('\n').filter((l) => l.startsWith('primary context made'));
+    const [r0, r1] = job.ranks() as [number, number];
+    // The suspend first, as for a job parked just after its start: its control thread had made no context yet.
+    expect(cli(['suspend', String(job.pid)]).code).toBe(0);
+    expect(cli(['resume', String(job.pid)]).code).toBe(0);
+    expect(new Set(made(r1))).toEqual(new Set(['primary context made on device 1']));
+    expect(new Set(made(r0))).toEqual(new Set(['primary context made on device 0']));
+    expect(await job.ended).toBe(0);
+    expect(job.steps().sort()).toEqual(reference(args, two));
+  });
+});
+
 describe('a checkpoint that fails after the dump', () => {
   it("its image not made complete while CRIU waits: every rank resumed from its pool image, the job trains on, no image", async () => {
     const args = ['launch', '2', '400', '10'];

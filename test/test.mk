@@ -22,7 +22,7 @@ $(T)/fake/libnvidia-ml.so.1: test/fake-nvml/fake_nvml.c
 # NCCL wrappers come first.
 $(T)/fake/libnccl.so.2: test/fake-nccl/fake_nccl.c
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnccl.so.2 -o $@ $< -lrt
+	$(CC) $(TEST_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnccl.so.2 -o $@ $< -lrt -ldl
 	ln -sf libnccl.so.2 $(T)/fake/libnccl.so
 
 $(T)/fake_selftest: test/fake-cuda/selftest/selftest.c $(T)/fake/libcuda.so.1

@@ -55,6 +55,16 @@ static int destroy_one(struct gp_comm *c, char *why, size_t n)
         snprintf(why, n, "libnccl has no ncclCommFinalize/ncclCommDestroy");
         return -ENOSYS;
     }
+    /* On the communicator's device: NCCL sets back the device it found,
+     * and on a thread without a context that is device 0, whose context it
+     * then makes (~520 MiB more for every driver checkpoint of a rank of
+     * another GPU, and the rank on two GPUs). */
+    CUresult cu = CUDA_SUCCESS;
+    int err = gp_contexts_use_primary(c->device, &cu);
+    if (err) {
+        snprintf(why, n, "no context on device %d for its communicator (CUresult %d)", c->device, (int)cu);
+        return err;
+    }
     /* Finalize flushes what the communicator has in flight (the cut made
      * sure every peer launched it), destroy frees it. */
     uint64_t t0 = gp_now_ns();

@@ -12,7 +12,9 @@
  *   FAKE_CUDA_FAIL=f:n[=e],... the n-th call (1-based) of exported function f
  *                              returns CUresult e (default CUDA_ERROR_UNKNOWN),
  *                              without side effects
- *   FAKE_CUDA_TRACE=path       append "name\n" to path for every call
+ *   FAKE_CUDA_TRACE=path       append "name\n" to path for every call, and
+ *                              "primary context made on device N" when a
+ *                              device's primary context becomes active
  *   FAKE_CUDA_CKPT_DIR=dir     state files of cuCheckpointProcess* (fake_ckpt.c)
  *   FAKE_CUDA_CKPT_BLOCK=1     calls wait while this process is LOCKED or
  *                              CHECKPOINTED (fake_ckpt.c)
@@ -170,6 +172,14 @@ const struct fake_config *fake_config(void)
 }
 
 /* ---- prologue ------------------------------------------------------------ */
+
+static void trace_call(const char *name);
+
+void fake_trace(const char *line)
+{
+    if (g_trace_fd >= 0)
+        trace_call(line);
+}
 
 static void trace_call(const char *name)
 {

@@ -289,8 +289,13 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     struct fake_device *d = dev_get(dev);
     fake_lock();
-    atomic_fetch_add(&d->prim_refs, 1);
+    int made = atomic_fetch_add(&d->prim_refs, 1) == 0;
     fake_unlock();
+    if (made) { /* a context on that GPU, as nvidia-smi would list it */
+        char line[64];
+        snprintf(line, sizeof line, "primary context made on device %d", (int)dev);
+        fake_trace(line);
+    }
     *pctx = (CUcontext)&d->primary;
     return CUDA_SUCCESS;
 }

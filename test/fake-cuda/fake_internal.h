@@ -86,6 +86,8 @@ const struct fake_config *fake_config(void);
  * nth is the 1-based number of this call of the function called name.
  * Returns CUDA_SUCCESS to go on, anything else to return at once. */
 CUresult fake_enter(const char *name, unsigned long nth, int flags);
+/* A line of its own in FAKE_CUDA_TRACE's file, where one is kept. */
+void fake_trace(const char *line);
 
 #define FAKE_ENTER_(flags)                                                      \
     do {                                                                        \

@@ -20,6 +20,7 @@
  * stderr whether a datagram or the timeout ended it. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -240,10 +241,47 @@ API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
+/* The CUDA calls NCCL makes through the runtime, to the driver the
+ * process has (the shim's, under it the fake libcuda). */
+typedef int (*get_device_fn)(int *);
+typedef int (*retain_fn)(void **, int);
+typedef int (*set_current_fn)(void *);
+
+/* cudaGetDevice: the current context's device; on a thread without one,
+ * the runtime's default, 0 (FAKE_NCCL_DEVICE where no driver answers). */
 static int current_device(void)
 {
-    const char *d = getenv("FAKE_NCCL_DEVICE");
-    return d ? atoi(d) : 0;
+    get_device_fn get = (get_device_fn)dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
+    int d;
+    if (get && get(&d) == 0)
+        return d;
+    const char *env = getenv("FAKE_NCCL_DEVICE");
+    return env ? atoi(env) : 0;
+}
+
+/* cudaSetDevice, which since CUDA 12 makes the device's primary context. */
+static void set_device(int device)
+{
+    retain_fn retain = (retain_fn)dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxRetain");
+    set_current_fn set = (set_current_fn)dlsym(RTLD_DEFAULT, "cuCtxSetCurrent");
+    void *ctx;
+    if (retain && set && retain(&ctx, device) == 0)
+        set(ctx);
+}
+
+/* As NCCL's finalize and destroy do: on the communicator's device, then
+ * back on the device found, made current even where none was. */
+static ncclResult_t on_comm_device(ncclComm_t comm, ncclResult_t (*fn)(ncclComm_t))
+{
+    if (!comm)
+        return ncclInvalidArgument;
+    int saved = current_device();
+    if (saved != comm->device)
+        set_device(comm->device);
+    ncclResult_t r = fn(comm);
+    if (saved != comm->device)
+        set_device(saved);
+    return r;
 }
 
 API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
@@ -292,8 +330,9 @@ static ncclResult_t detach(ncclComm_t comm)
     return ncclSuccess;
 }
 
-API ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
-API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return detach(comm); }
+static ncclResult_t finalized(ncclComm_t comm) { (void)comm; return ncclSuccess; }
+API ncclResult_t ncclCommFinalize(ncclComm_t comm) { return on_comm_device(comm, finalized); }
+API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return on_comm_device(comm, detach); }
 API ncclResult_t ncclCommAbort(ncclComm_t comm) { return detach(comm); }
 
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e)

@@ -303,6 +303,12 @@ export async function runDistributed(h) {
       spawnSync('dd', [`if=${path.join(f.parentPath ?? f.path, f.name)}`, 'iflag=nocache', 'count=0', 'status=none']);
   };
 
+  /** GPU_TEST_DDP_PROBE=1: which GPUs hold each process's contexts (a rank's context on a GPU not its own is more for the driver to save). */
+  const probeContexts = (when) => {
+    if (process.env.GPU_TEST_DDP_PROBE === '1')
+      say(spawnSync('nvidia-smi', ['--query-compute-apps=pid,gpu_bus_id,used_memory', '--format=csv,noheader'], { encoding: 'utf8' }).stdout?.replace(/^/gm, `# contexts ${when}: `) ?? '');
+  };
+
   /** A shape's job (nproc ranks of gib GiB buffers each), started; its metrics go under prefix. */
   function startShape(prefix, nproc, gib) {
     const dir = fs.mkdtempSync(path.join(tmpRoot, `bench-${prefix}-`));
@@ -318,9 +324,7 @@ export async function runDistributed(h) {
     add(`${prefix}_gpu_only_s`, g.seconds);
     fs.rmSync(path.join(dir, 'G'), { recursive: true, force: true });
     const members = [job, ...ranksOf(job)]; // while they hold GPU memory: how ranksOf knows them
-    // Which GPUs hold each member's contexts: a rank's context on a GPU not its own is more for the driver to save.
-    if (process.env.GPU_TEST_DDP_PROBE === '1' && i === 0)
-      say(spawnSync('nvidia-smi', ['--query-compute-apps=pid,gpu_bus_id,used_memory', '--format=csv,noheader'], { encoding: 'utf8' }).stdout?.replace(/^/gm, `# ${prefix} contexts: `) ?? '');
+    if (i === 0) probeContexts(`${prefix} after checkpoint --gpu-only`);
     const s = await cliJson(['suspend', String(job), '--json'], 600_000);
     add(`${prefix}_suspend_gpu_free_s`, s.gpuFreeSeconds);
     // Where each process's memory lies while suspended (the pool held in its own
@@ -380,6 +384,8 @@ export async function runDistributed(h) {
   async function benchShapes(shapes, runs, add) {
     for (const sh of shapes) await untilStep(sh.dir, 3, `${sh.prefix}: start`, 180_000, sh.nproc);
     for (const sh of shapes) for (const r of ranksOf(sh.job)) started.add(r);
+    if (process.env.GPU_TEST_DDP_PROBE === '1') for (const sh of shapes) say(`# ${sh.prefix}: launcher ${sh.job}, ranks ${ranksOf(sh.job).join(', ')}`);
+    probeContexts('once started');
     const park = (sh) => cliJson(['suspend', String(sh.job), '--json'], 600_000);
     const unpark = async (sh) => {
       await cliJson(['resume', String(sh.job), '--json'], 600_000);
@@ -389,6 +395,7 @@ export async function runDistributed(h) {
     for (let i = 0; i < runs; i++)
       for (const sh of shapes) {
         if (shapes.length > 1) await unpark(sh);
+        if (i === 0) probeContexts(`${sh.prefix} resumed for its turn`);
         await runShape(sh, i, add);
         if (shapes.length > 1) await park(sh);
       }
