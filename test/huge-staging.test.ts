@@ -11,13 +11,16 @@
  * mount.
  */
 import { describe, expect, it } from 'vitest';
-import { fstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, fstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { sameBuffers } from '../controller/adapters/app-driver.js';
 import { closeStaging } from '../controller/adapters/session.js';
 import { hugeStaging } from '../controller/engine/staging-files.js';
-import { APPS, checkpointingSandbox, json } from './helpers/e2e.js';
+import { tempDirName } from '../controller/image/temp-dirs.js';
+import { native } from '../native/index.js';
+import { APPS, checkpointingSandbox, eventually, json } from './helpers/e2e.js';
 import { hugeTmpfsRefused } from './helpers/huge-tmpfs.js';
 
 const { box, env } = checkpointingSandbox();
@@ -26,7 +29,8 @@ const MiB = 1024 * 1024;
 const refused = hugeTmpfsRefused();
 if (refused) console.log(`huge staging tests skipped: a tmpfs of huge pages cannot be mounted here (${refused})`);
 
-const hugeMounts = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes('huge-staging-'));
+/** Staging's mounts under a run directory (other runs' are not this test's). */
+const hugeMounts = (runDir: string) => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`${runDir}/`) && l.includes('huge-staging'));
 
 describe.skipIf(refused !== undefined)('staging on huge pages', () => {
   it('is files of the staging sizes, unlinked, on a mount already gone', () => {
@@ -45,12 +49,41 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
           expect(readlinkSync(`/proc/self/fd/${fd}`)).toMatch(/^\/\d \(deleted\)$/);
           expect(writeSync(fd, Buffer.from('data'), 0, 4, 0)).toBe(4);
         }
-        expect(hugeMounts()).toEqual([]);
+        expect(hugeMounts(runDir)).toEqual([]);
         expect(readdirSync(runDir)).toEqual([]);
       } finally {
         closeStaging(staging);
       }
     } finally {
+      if (was === undefined) delete process.env.GPUCKPT_RUN_DIR;
+      else process.env.GPUCKPT_RUN_DIR = was;
+      rmSync(runDir, { recursive: true, force: true });
+    }
+  });
+
+  it("undoes the mount a controller killed between its mount and detaching left, once that controller is gone", async () => {
+    const runDir = mkdtempSync(join(tmpdir(), 'gpuckpt-huge-run-'));
+    const was = process.env.GPUCKPT_RUN_DIR;
+    process.env.GPUCKPT_RUN_DIR = runDir;
+    const gone = spawnSync('true').pid!; // exited and reaped: its PID names a dead controller
+    const left = join(runDir, tempDirName('huge-staging', gone));
+    const live = join(runDir, tempDirName('huge-staging')); // this process's: kept
+    try {
+      for (const dir of [left, live]) {
+        mkdirSync(dir);
+        native().mountHugeTmpfs(dir, 4 * MiB);
+      }
+      closeStaging(hugeStaging(4 * MiB, { GPUCKPT_STAGING_FILE: '2M' })!);
+      expect(await eventually(() => !existsSync(left))).toBe(true);
+      expect(readdirSync(runDir)).toEqual([basename(live)]);
+      expect(hugeMounts(runDir)).toHaveLength(1);
+    } finally {
+      for (const dir of [left, live])
+        try {
+          native().unmountLazy(dir);
+        } catch {
+          // undone already
+        }
       if (was === undefined) delete process.env.GPUCKPT_RUN_DIR;
       else process.env.GPUCKPT_RUN_DIR = was;
       rmSync(runDir, { recursive: true, force: true });
@@ -69,14 +102,14 @@ describe.skipIf(refused !== undefined)('staging on huge pages', () => {
     expect(app.stderr).toMatch(/staging: preparing \d+ pieces on \d+ threads \(files of huge pages\)/);
     expect(box.cli(['restore', image, '--into', String(app.pid)], env).code).toBe(0);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
-    expect(hugeMounts()).toEqual([]);
+    expect(hugeMounts(box.runDir)).toEqual([]);
     // Loaded through staging on huge pages too, which the shim takes as given.
     await app.command('mutate');
     const rs = box.cli(['restore', image, '--into', String(app.pid)], { ...env, GPUCKPT_LOG: 'debug' });
     expect(rs.code).toBe(0);
     expect(rs.stderr).toMatch(/staging: .* of staging to load on huge pages, \d+ files/);
     expect(sameBuffers((await app.command('state')).buffers, ready.buffers)).toBe(true);
-    expect(hugeMounts()).toEqual([]);
+    expect(hugeMounts(box.runDir)).toEqual([]);
   });
 
   it("is left out with GPUCKPT_HUGE_STAGING=0: the shim's memfds carry the image, and memfds load it", async () => {

@@ -115,8 +115,8 @@ async function removeScratch(dir: string, huge: boolean): Promise<void> {
   await rm(dir, { recursive: true, force: true });
 }
 
-/** A scratch of a restore that died, or this one's, unmounted if it is a mount point (no error if not). */
-function unmountQuietly(dir: string): void {
+/** A scratch (or staging's tmpfs) of a controller that died, or this one's, unmounted if it is a mount point (no error if not). */
+export function unmountQuietly(dir: string): void {
   try {
     native().unmountLazy(dir);
   } catch {

@@ -13,12 +13,14 @@
  * kernel faults in one memfd's pages one thread at a time, so many files
  * let the workers fill staging in parallel.
  */
-import { ftruncateSync, mkdirSync, mkdtempSync, openSync, rmSync, unlinkSync } from 'node:fs';
+import { ftruncateSync, mkdirSync, openSync, rmSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { GpuckptError } from '../base/errors.js';
 import { log } from '../base/log.js';
 import { closeStaging, type ShimSession, type StagingMemory } from '../adapters/session.js';
 import { ownRunDir } from '../adapters/run-dir.js';
+import { removeStaleTempDirs, tempDirName } from '../image/temp-dirs.js';
+import { unmountQuietly } from './criu-scratch.js';
 import { formatBytes, parseSize } from '../base/units.js';
 import { MAX_STAGING_FILES, native } from '../../native/index.js';
 
@@ -103,7 +105,8 @@ export async function stagingForShim(session: ShimSession, bytes: number, ready:
  * files made and unlinked, and the mount detached at once: they live as
  * long as their fds and mappings, reached by no path. Undefined with
  * GPUCKPT_HUGE_STAGING=0, and where the mount is refused (not root, a
- * container without CAP_SYS_ADMIN).
+ * container without CAP_SYS_ADMIN). A controller killed between the mount
+ * and its detaching leaves the mount: the next one undoes it.
  */
 export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env): StagingMemory | undefined {
   if (env.GPUCKPT_HUGE_STAGING === '0') return undefined;
@@ -116,7 +119,9 @@ export function hugeStaging(size: number, env: NodeJS.ProcessEnv = process.env):
   let mounted = false;
   try {
     mkdirSync(ownRunDir(), { recursive: true, mode: 0o700 });
-    dir = mkdtempSync(join(ownRunDir(), 'huge-staging-'));
+    void removeStaleTempDirs(ownRunDir(), unmountQuietly);
+    dir = join(ownRunDir(), tempDirName('huge-staging'));
+    mkdirSync(dir, { mode: 0o700 });
     native().mountHugeTmpfs(dir, room);
     mounted = true;
     parts.forEach((n, i) => {
