@@ -66,6 +66,11 @@ export function processPagemaps(dir: string, entriesOf: (pagesFile: string) => b
     .map((m) => decodeCriu(dir, m[0], () => readPagemap(dir, m[0], Number(m[1]), entriesOf)));
 }
 
+/** One process's pagemap (pagemap-PID.img), its entries decoded. */
+export function processPagemap(dir: string, name: string, pid: number): ProcessPagemap {
+  return decodeCriu(dir, name, () => readPagemap(dir, name, pid, () => true));
+}
+
 function readPagemap(dir: string, name: string, pid: number, entriesOf: (pagesFile: string) => boolean): ProcessPagemap {
   const [head, ...rest] = criuEntries(dir, name, PAGEMAP_MAGIC, false);
   if (!head) throw new Error('no pagemap head');

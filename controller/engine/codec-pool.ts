@@ -10,6 +10,7 @@ import type { Planes, PlanesMode } from '../image/byte-planes.js';
 import type { FrameSource } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import { log } from '../base/log.js';
+import type { DropTask, ZeroDrop } from './criu-zero-pages.js';
 
 export type CodecTask =
   | { id: number; op: 'map'; base: bigint; size: number }
@@ -19,7 +20,8 @@ export type CodecTask =
   | { id: number; op: 'verify'; compressed: ArrayBuffer; length: number; what: string; keep?: number[] }
   | { id: number; op: 'digest'; offset: number; length: number; blockSize: number }
   | { id: number; op: 'compressFile'; path: string; offset: number; length: number; level: number }
-  | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string; keep?: number[] };
+  | { id: number; op: 'decompressToFile'; src: string; srcOffset: number; srcLength: number; dst: string; dstOffset: number; length: number; what: string; keep?: number[] }
+  | { id: number; op: 'planZeroDrop'; dir: string; task: DropTask };
 
 export interface CodecReply {
   id: number;
@@ -32,6 +34,8 @@ export interface CodecReply {
   zeroPages?: number[];
   /** compress, decompressToFile: where the worker's time went. */
   spent?: FrameSpent;
+  /** planZeroDrop: the file's drop, null where nothing is left out. */
+  drop?: ZeroDrop | null;
   error?: { code: string; message: string };
   /** Not run: the pool was closing. */
   cancelled?: boolean;
@@ -176,6 +180,13 @@ export class CodecPool {
   /** The frame at src, read by a worker, checked and decompressed into staging [offset, offset+length). */
   async decompressInto(src: FrameSource, offset: number, length: number, what: string, planes?: 2 | 4): Promise<void> {
     await this.pool.run({ op: 'decompress', src, offset, length, what, ...(planes ? { planes } : {}) });
+  }
+
+  /** What a restore from dir leaves out of one CRIU pages file (criu-zero-pages.ts planZeroDrop), planned by a worker. */
+  async planZeroDrop(dir: string, task: DropTask): Promise<ZeroDrop | undefined> {
+    const drop = (await this.pool.run({ op: 'planZeroDrop', dir, task })).drop;
+    // Cloned across the thread: a Uint8Array, as the writer takes it.
+    return drop ? { ...drop, pagemap: { name: drop.pagemap.name, bytes: Buffer.from(drop.pagemap.bytes.buffer, drop.pagemap.bytes.byteOffset, drop.pagemap.bytes.byteLength) } } : undefined;
   }
 
   /** Checks a frame decompresses whole; with keep, that what lies outside its [from, to) byte ranges is zero pages. */

@@ -1,6 +1,6 @@
 /**
- * Worker thread of the codec pool: compresses and decompresses frames, and
- * digests blocks, straight from and into the staging memory the pool mapped
+ * Worker thread of the codec pool: compresses and decompresses frames,
+ * digests blocks and plans a CRIU pages file's zero pages, straight from and into the staging memory the pool mapped
  * once for every thread (the memfds are shared with the shim too), so raw
  * pool data never crosses a thread boundary by copy.
  */
@@ -12,6 +12,7 @@ import { chooseLayout, fromPlanes, PLANES_TUNING, toPlanes, type FrameLayout } f
 import { readFrameSource, readRange } from '../image/file-range.js';
 import { native } from '../../native/index.js';
 import type { CodecReply, CodecTask } from './codec-pool.js';
+import { planZeroDrop } from './criu-zero-pages.js';
 
 /** Frames and digested ranges are at most this long (MAX_FRAME_LENGTH); a view is made per task. */
 const MAX_TASK = 64 * 1024 * 1024;
@@ -65,6 +66,8 @@ function run(task: CodecTask): { reply: CodecReply; transfer: ArrayBuffer[] } {
       const out = compressFrame(raw, task.level);
       return { reply: { id: task.id, data: out.buffer as ArrayBuffer, length: out.length, zeroPages: zeroPageRuns(raw) }, transfer: [out.buffer as ArrayBuffer] };
     }
+    case 'planZeroDrop':
+      return { reply: { id: task.id, drop: planZeroDrop(task.dir, task.task) ?? null }, transfer: [] };
     case 'decompressToFile': {
       // Two buffers: the frame's compressed bytes, then its raw bytes.
       const t0 = performance.now();

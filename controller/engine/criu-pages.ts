@@ -17,7 +17,7 @@ import { round } from '../base/units.js';
 import { readRange } from '../image/file-range.js';
 import { CodecPool, describeSpent } from './codec-pool.js';
 import { makeScratch } from './criu-scratch.js';
-import { frameLayout, planZeroDrops, type PageRuns } from './criu-zero-pages.js';
+import { frameLayout, zeroDropTasks, type PageRuns } from './criu-zero-pages.js';
 import { PAGE_BYTES } from '../adapters/criu-memory.js';
 
 /** Beside the packed files in CRIU's directory: what they hold. */
@@ -195,15 +195,19 @@ export async function unpackCriuDir(dir: string, opts: { workers?: number; codec
     const codecs = opts.codecs ?? new CodecPool(opts.workers);
     try {
       // The files the plan may leave pages out of (planned) are unpacked
-      // last: the others' frames go to the workers first, and are unpacked
-      // while the plan decodes pagemaps on this thread (0.07 s for the
-      // 2-rank DDP job's, 2x H200).
+      // last. Their plans go to the workers first, a file each (the 2-rank
+      // DDP job's two pagemaps had taken 0.10-0.15 s one after the other on
+      // this thread, which the restore's checks waited for: 2x H200), then
+      // the other files' frames, unpacked meanwhile.
       const zero = planned(index, opts.leaveOutZerosFrom ?? PLAN_MIN_ZERO_BYTES);
+      const tasks = zero.size ? zeroDropTasks(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
+      const plans = tasks.map((t) => codecs.planZeroDrop(dir, t));
+      for (const p of plans) p.catch(() => undefined); // taken below
       const frames = framesOf(dir, index);
       const queued = performance.now();
       const done = unpackFiles(scratch, index.files.filter((f) => !zero.has(f.name)), frames, codecs, new Map());
       clock.mark('scratch');
-      const drops = zero.size ? planZeroDrops(dir, zero, new Map(index.files.map((f) => [f.name, f.rawBytes]))) : [];
+      const drops = (await Promise.all(plans)).flatMap((d) => d ?? []);
       clock.mark('plan');
       if (logEnabled('debug'))
         log('debug', 'criu pages unpack', `${index.files.reduce((n, f) => n + (f.zeroPages?.length ?? 0) / 2, 0)} zero runs in the index; ${drops.reduce((n, d) => n + d.dropped.length / 2, 0)} runs left out, pagemaps of ${drops.reduce((n, d) => n + d.pagemap.bytes.length, 0)} bytes written`);
@@ -275,19 +279,17 @@ function unpackFiles(scratch: string, files: PackedFile[], frames: Frame[], code
 
 /**
  * Fewer zero pages than this in a pages file are not worth leaving out:
- * the plan decodes its pagemap's entries (0.05-0.09 s on the main thread
- * for issue 26's PyTorch job, before the first frame is unpacked), and
+ * the plan decodes its pagemap's entries (0.05-0.09 s for issue 26's
+ * PyTorch job, before the file's first frame is unpacked), and
  * CRIU copies pages into fresh memory at about 1.2 GB/s (2x H200), so
  * 64 MiB cost it about as much. Counted by file: each process's CRIU copies
- * its own pages, the processes at once, while the plan decodes one
- * pagemap after another (a 2-rank DDP job's, both under it: 0.078 s that
- * the unpacking and the checks waited for; the other files' frames now
- * unpack meanwhile). Since the shim keeps the driver's zero pages out of
+ * its own pages, the processes at once, and each file's plan runs on a
+ * worker of its own. Since the shim keeps the driver's zero pages out of
  * the dump, these images hold little of them.
  */
 const PLAN_MIN_ZERO_BYTES = 64 << 20;
 
-/** The pages files whose zero pages a restore may leave out (planZeroDrops decides), with their runs: those with fromBytes of them or more. */
+/** The pages files whose zero pages a restore may leave out (planZeroDrop decides), with their runs: those with fromBytes of them or more. */
 function planned(index: PackedIndex, fromBytes: number): Map<string, PageRuns> {
   return new Map([...zeroRunsOf(index)].filter(([, runs]) => runsPages(runs) * PAGE_BYTES >= fromBytes));
 }

@@ -8,7 +8,7 @@
  * Page runs are flat arrays [first, count, first, count, ...] of pages of
  * one file, ascending and apart.
  */
-import { anonPrivateRanges, pagesAllInFile, pagemapBytes, PAGE_BYTES, processPagemaps, type PagemapEntry, type ProcessPagemap } from '../adapters/criu-memory.js';
+import { anonPrivateRanges, pagesAllInFile, pagemapBytes, PAGE_BYTES, processPagemap, processPagemaps, type PagemapEntry, type ProcessPagemap } from '../adapters/criu-memory.js';
 
 export type PageRuns = number[];
 
@@ -23,27 +23,50 @@ export interface ZeroDrop {
 
 const P = PAGE_BYTES;
 
+/** One pages file's drop to plan on its own (planZeroDrop): the one pagemap that uses it, and what the index says of it. */
+export interface DropTask {
+  /** pagemap-PID.img */
+  pagemap: string;
+  pid: number;
+  /** Its zero pages. */
+  zero: PageRuns;
+  /** Its size. */
+  bytes: number;
+}
+
 /**
- * What a restore from dir leaves out, given the zero pages of each pages
- * file and its size: nothing of a pages file whose pagemap is not plain
- * (pages in a parent image, shared by two pagemaps) or does not account
- * for the file exactly.
+ * The drops to plan, given the zero pages of each pages file and its size:
+ * one for each such file that one pagemap alone uses (two pagemaps on a
+ * file: nothing left out). Only the pagemaps' heads are read here; the
+ * tasks run apart, each on a codec worker (a rank's pagemap has tens of
+ * thousands of entries to decode).
  */
-export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
-  const pagemaps = processPagemaps(dir, (file) => zeroPages.has(file));
+export function zeroDropTasks(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): DropTask[] {
+  const heads = processPagemaps(dir, () => false);
   const users = new Map<string, number>();
-  for (const pm of pagemaps) users.set(pm.pagesFile, (users.get(pm.pagesFile) ?? 0) + 1);
-  const out: ZeroDrop[] = [];
-  for (const pm of pagemaps) {
+  for (const pm of heads) users.set(pm.pagesFile, (users.get(pm.pagesFile) ?? 0) + 1);
+  return heads.flatMap((pm) => {
     const zero = zeroPages.get(pm.pagesFile);
     const bytes = fileBytes.get(pm.pagesFile);
-    if (!zero?.length || bytes === undefined || users.get(pm.pagesFile) !== 1 || !pagesAllInFile(pm)) continue;
-    if (pm.entries.reduce((n, e) => n + e.pages, 0) * PAGE_BYTES !== bytes) continue;
-    const anon = anonPrivateRanges(dir, pm.pid);
-    const { kept, dropped } = leaveOut(pm, anonPageRuns(pm, anon), zero);
-    if (dropped.length) out.push({ file: pm.pagesFile, dropped, pagemap: { name: pm.name, bytes: pagemapBytes(pm, kept) } });
-  }
-  return out;
+    return zero?.length && bytes !== undefined && users.get(pm.pagesFile) === 1 ? [{ pagemap: pm.name, pid: pm.pid, zero, bytes }] : [];
+  });
+}
+
+/**
+ * What a restore from dir leaves out of one pages file: nothing (undefined)
+ * where its pagemap is not plain (pages in a parent image) or does not
+ * account for the file exactly.
+ */
+export function planZeroDrop(dir: string, task: DropTask): ZeroDrop | undefined {
+  const pm = processPagemap(dir, task.pagemap, task.pid);
+  if (!pagesAllInFile(pm) || pm.entries.reduce((n, e) => n + e.pages, 0) * PAGE_BYTES !== task.bytes) return undefined;
+  const { kept, dropped } = leaveOut(pm, anonPageRuns(pm, anonPrivateRanges(dir, pm.pid)), task.zero);
+  return dropped.length ? { file: pm.pagesFile, dropped, pagemap: { name: pm.name, bytes: pagemapBytes(pm, kept) } } : undefined;
+}
+
+/** What a restore from dir leaves out (zeroDropTasks, each planned here in turn). */
+export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
+  return zeroDropTasks(dir, zeroPages, fileBytes).flatMap((t) => planZeroDrop(dir, t) ?? []);
 }
 
 /**
