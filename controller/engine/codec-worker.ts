@@ -1,8 +1,9 @@
 /**
- * Worker thread of the codec pool: compresses and decompresses frames,
- * digests blocks and plans a CRIU pages file's zero pages, straight from and into the staging memory the pool mapped
- * once for every thread (the memfds are shared with the shim too), so raw
- * pool data never crosses a thread boundary by copy.
+ * Worker thread of the codec pool: compresses and decompresses frames and
+ * digests blocks, straight from and into the staging memory the pool
+ * mapped once for every thread (the memfds are shared with the shim too),
+ * so raw pool data never crosses a thread boundary by copy; and plans
+ * which zero pages a restore leaves out of a CRIU pages file.
  */
 import { closeSync, fstatSync, openSync, writeSync } from 'node:fs';
 import { parentPort, threadId, workerData } from 'node:worker_threads';
