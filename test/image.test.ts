@@ -1088,10 +1088,12 @@ describe('codec pool', () => {
     const rest = codecPool(2); // the two left, the pool itself
     expect([carved.size, rest.size]).toEqual([1, 2]);
     const done = { carved: 0, rest: 0 };
-    const queue = (pool: any, key: keyof typeof done) =>
-      Array.from({ length: 40 }, (_, i) => pool.verify(Uint8Array.from(good), raw.length, `frame ${i}`).then(() => done[key]++));
-    const restFrames = queue(rest, 'rest');
-    queue(carved, 'carved');
+    // Copied first: queued at once, one worker cannot have checked 40 frames of 8 MiB before the close.
+    const copies = Array.from({ length: 80 }, () => Uint8Array.from(good));
+    const queue = (pool: any, key: keyof typeof done, from: number) =>
+      copies.slice(from, from + 40).map((f, i) => pool.verify(f, raw.length, `frame ${i}`).then(() => done[key]++));
+    const restFrames = queue(rest, 'rest', 0);
+    queue(carved, 'carved', 40);
     await carved.close(); // cancels what its one worker has queued
     await Promise.all(restFrames);
     await rest.close();

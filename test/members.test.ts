@@ -32,6 +32,9 @@ describe('memberShares', () => {
     expect(a.stagingLimit).toBeGreaterThan(19n << 30n);
     const [small, big] = memberShares({ workers: 30, stagingLimit: 30n << 30n }, [2 * GiB, 8 * GiB]);
     expect([small.workers, big.workers]).toEqual([6, 24]);
+    // Raised to one each, the small ones come off the largest: no more than the workers the command started.
+    const many = memberShares({ workers: 8 }, [0, 0, 0, 64 * GiB]).map((m: { workers: number }) => m.workers);
+    expect(many).toEqual([1, 1, 1, 5]);
     expect(small.stagingLimit + big.stagingLimit).toBeLessThanOrEqual(30n << 30n);
   });
 });

@@ -65,8 +65,8 @@ export class WorkerPool<Body extends object, Reply extends WorkerReply> {
    * Only while none of its tasks is in flight.
    */
   take(n: number): WorkerPool<Body, Reply> {
-    if (this.pending.size || this.closing || this.failed || n < 1 || n > this.slots.length)
-      throw new GpuckptError('INTERNAL', `${n} of ${this.slots.length} ${this.what} workers cannot be taken (${this.pending.size} tasks in flight)`);
+    const why = this.failed ? 'one failed' : this.closing ? 'closing' : this.pending.size ? `${this.pending.size} tasks in flight` : n < 1 || n > this.slots.length ? 'not so many' : undefined;
+    if (why) throw new GpuckptError('INTERNAL', `${n} of ${this.slots.length} ${this.what} workers cannot be taken: ${why}`);
     const moved = this.slots.splice(this.slots.length - n, n).map((s) => s.worker);
     for (const worker of moved) {
       worker.removeAllListeners('message');

@@ -185,7 +185,7 @@ export class CodecPool {
   /** What a restore from dir leaves out of one CRIU pages file (criu-zero-pages.ts planZeroDrop), planned by a worker. */
   async planZeroDrop(dir: string, task: DropTask): Promise<ZeroDrop | undefined> {
     const drop = (await this.pool.run({ op: 'planZeroDrop', dir, task })).drop;
-    // Cloned across the thread: a Uint8Array, as the writer takes it.
+    // Cloned across the thread as a Uint8Array: a Buffer again, as ZeroDrop has it.
     return drop ? { ...drop, pagemap: { name: drop.pagemap.name, bytes: Buffer.from(drop.pagemap.bytes.buffer, drop.pagemap.bytes.byteOffset, drop.pagemap.bytes.byteLength) } } : undefined;
   }
 
@@ -241,7 +241,13 @@ export function prestartCodecPool(workers?: number): void {
 export function codecPool(workers = defaultWorkerCount()): CodecPool {
   const started = ahead;
   if (started && started.size >= workers) log('debug', 'codec', `${workers} of the ${started.size} workers started ahead taken`);
-  if (started && started.size > workers) return started.carve(workers);
+  if (started && started.size > workers) {
+    try {
+      return started.carve(workers);
+    } catch {
+      // One of them failed: those left go, and this pool starts afresh.
+    }
+  }
   ahead = undefined;
   if (started?.size === workers) {
     started.hold(true);

@@ -37,9 +37,9 @@ export interface DropTask {
 /**
  * The drops to plan, given the zero pages of each pages file and its size:
  * one for each such file that one pagemap alone uses (two pagemaps on a
- * file: nothing left out). Only the pagemaps' heads are read here; the
- * tasks run apart, each on a codec worker (a rank's pagemap has tens of
- * thousands of entries to decode).
+ * file: nothing left out). Only the pagemaps' heads are decoded here;
+ * the tasks run apart, each on a codec worker (a rank's pagemap has tens
+ * of thousands of entries to decode).
  */
 export function zeroDropTasks(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): DropTask[] {
   const heads = processPagemaps(dir, () => false);

@@ -45,10 +45,14 @@ export function memberShares(opts: { stagingLimit?: bigint; workers?: number }, 
   const total = weights.reduce((a, b) => a + b, 0);
   const limit = Number(opts.stagingLimit ?? freemem() / 2);
   const workers = opts.workers ?? defaultWorkerCount();
-  return weights.map((w) => ({
-    stagingLimit: BigInt(Math.floor((limit * w) / total)),
-    workers: Math.max(1, Math.floor((workers * w) / total)),
-  }));
+  const counts = weights.map((w) => Math.max(1, Math.floor((workers * w) / total)));
+  // No more than there are in all (the pools take them from those the command started): the ones raised to one come off the largest.
+  for (let over = counts.reduce((a, b) => a + b, 0) - workers; over > 0; over--) {
+    const largest = counts.indexOf(Math.max(...counts));
+    if (counts[largest]! <= 1) break;
+    counts[largest]!--;
+  }
+  return weights.map((w, i) => ({ stagingLimit: BigInt(Math.floor((limit * w) / total)), workers: counts[i] }));
 }
 
 /**

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../interpose/contexts.h"
@@ -62,7 +63,10 @@ static int destroy_one(struct gp_comm *c, char *why, size_t n)
     CUresult cu = CUDA_SUCCESS;
     int err = gp_contexts_use_primary(c->device, &cu);
     if (err) {
-        snprintf(why, n, "no context on device %d for its communicator (CUresult %d)", c->device, (int)cu);
+        if (cu != CUDA_SUCCESS)
+            snprintf(why, n, "no context on device %d for its communicator (CUresult %d)", c->device, (int)cu);
+        else
+            snprintf(why, n, "no context on device %d for its communicator: %s", c->device, strerror(-err));
         return err;
     }
     /* Finalize flushes what the communicator has in flight (the cut made

@@ -275,11 +275,11 @@ static ncclResult_t on_comm_device(ncclComm_t comm, ncclResult_t (*fn)(ncclComm_
 {
     if (!comm)
         return ncclInvalidArgument;
-    int saved = current_device();
-    if (saved != comm->device)
-        set_device(comm->device);
+    int saved = current_device(), device = comm->device; /* fn may free comm */
+    if (saved != device)
+        set_device(device);
     ncclResult_t r = fn(comm);
-    if (saved != comm->device)
+    if (saved != device)
         set_device(saved);
     return r;
 }
