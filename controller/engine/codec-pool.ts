@@ -240,10 +240,13 @@ export function prestartCodecPool(workers?: number): void {
  */
 export function codecPool(workers = defaultWorkerCount()): CodecPool {
   const started = ahead;
-  if (started && started.size >= workers) log('debug', 'codec', `${workers} of the ${started.size} workers started ahead taken`);
+  const taken = (pool: CodecPool, of: number) => {
+    log('debug', 'codec', `${workers} of the ${of} workers started ahead taken`);
+    return pool;
+  };
   if (started && started.size > workers) {
     try {
-      return started.carve(workers);
+      return taken(started.carve(workers), started.size + workers);
     } catch {
       // One of them failed: those left go, and this pool starts afresh.
     }
@@ -251,7 +254,7 @@ export function codecPool(workers = defaultWorkerCount()): CodecPool {
   ahead = undefined;
   if (started?.size === workers) {
     started.hold(true);
-    return started;
+    return taken(started, workers);
   }
   void started?.close();
   return new CodecPool(workers);

@@ -248,15 +248,12 @@ typedef int (*retain_fn)(void **, int);
 typedef int (*set_current_fn)(void *);
 
 /* cudaGetDevice: the current context's device; on a thread without one,
- * the runtime's default, 0 (FAKE_NCCL_DEVICE where no driver answers). */
+ * the runtime's default, 0. */
 static int current_device(void)
 {
     get_device_fn get = (get_device_fn)dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
     int d;
-    if (get && get(&d) == 0)
-        return d;
-    const char *env = getenv("FAKE_NCCL_DEVICE");
-    return env ? atoi(env) : 0;
+    return get && get(&d) == 0 ? d : 0;
 }
 
 /* cudaSetDevice, which since CUDA 12 makes the device's primary context. */
