@@ -189,10 +189,17 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
     for (const verb of [['checkpoint', '--gpu-only', '-o', box.path('idle-g')], ['suspend'], ['resume'], ['checkpoint', '--leave-running', '-o', box.path('idle-l')]]) {
       const r = cli([verb[0]!, 'idle-launcher', ...verb.slice(1)], verb[0] === 'resume' ? { GPUCKPT_LOG: 'debug' } : {});
       if (verb[0] === 'resume') {
-        // Its driver restore, which would slow the ranks', comes after theirs (ThawOrder).
+        // Its driver restore, which would slow the ranks', comes after theirs
+        // and after they pinned their staging (ThawOrder).
         const thawed = [...r.stderr.matchAll(/resume (\d+): driverRestore done/g)].map((m) => Number(m[1]));
         expect(thawed).toHaveLength(3);
         expect(thawed.at(-1)).toBe(job.pid);
+        const launcherThawed = r.stderr.indexOf(`resume ${job.pid}: driverRestore done`);
+        for (const rank of job.ranks()) {
+          const pinned = r.stderr.search(new RegExp(`resume ${rank}: (pin|given) done`));
+          expect(pinned).toBeGreaterThan(-1);
+          expect(pinned).toBeLessThan(launcherThawed);
+        }
       } else expect([verb[0], r.stderr]).toEqual([verb[0], '']);
       if (verb[0] !== 'suspend') expect(await progresses(job)).toBe(true);
     }

@@ -1,7 +1,7 @@
 /**
  * Members resumed together thaw in the driver in an order
  * (controller/engine/thaw-order.ts): one without pool data waits until
- * every other member has thawed or failed.
+ * every other member has thawed and pinned its staging, or failed.
  */
 import { describe, expect, it } from 'vitest';
 

@@ -139,10 +139,16 @@ export function placeHeld(ranges: AllocationRecord[]): { groups: Placed[][]; end
  * the same memory taken back from the snapshot holder (the caller's to
  * close), given to the shim. Returns the seconds spent in copies.
  */
-export async function copyHeldIn(session: ShimSession, layout: HeldLayout, clock?: PhaseClock, progress?: Progress, kept?: StagingMemory): Promise<number> {
+export async function copyHeldIn(
+  session: ShimSession,
+  layout: HeldLayout,
+  opts: { clock?: PhaseClock; progress?: Progress; kept?: StagingMemory; /** Called once the staging is pinned. */ prepared?: () => void } = {},
+): Promise<number> {
+  const { clock, progress, kept } = opts;
   const staging = kept ? undefined : await session.mapStaging(0, 'held');
   if (kept) await session.giveStaging(kept, true);
   clock?.mark(kept ? 'given' : 'pin');
+  opts.prepared?.();
   try {
     await session.fillZeros(layout.zeroFills, layout.groups.length === 0);
     if (layout.zeroFills.length) clock?.mark('zeros');

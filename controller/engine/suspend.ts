@@ -401,7 +401,7 @@ export async function resumeProcess(
     loader?: PoolLoader;
     /** The connection stays open until this settles: the shim lets go of the staging it was given only when it closes. */
     holdUntil?: Promise<unknown>;
-    /** Resumed with others: a process without pool data thaws in the driver after them. */
+    /** Resumed with others: a process without pool data thaws in the driver once they have pinned their staging. */
     thawOrder?: ThawOrder;
   } = {},
 ): Promise<ResumeSummary> {
@@ -453,7 +453,6 @@ export async function resumeProcess(
         throw new GpuckptError('TARGET_NO_MEMORY', `${gpu} has no room for process ${pid}: it stays suspended; resume it with --device on another GPU`);
       throw new GpuckptError(isGpuckptError(e) ? e.code : 'DRIVER_CHECKPOINT', `${(e as Error).message}: process ${pid} stays suspended`);
     }
-    turn?.done();
     const thawed = performance.now();
     let remapped;
     try {
@@ -474,14 +473,19 @@ export async function resumeProcess(
     const mappedAt = performance.now();
     clock.mark('remap');
     let copySeconds: number;
+    // The driver's part of this resume ends with the staging pinned: a
+    // member without data thaws beside the copy, not the remap and pinning.
+    const prepared = () => turn?.done();
     if (layout?.gpus) {
+      prepared();
       copySeconds = Infinity; // mapped where it was held, or copied there by the remap
     } else if (layout) {
-      copySeconds = await copyHeldIn(session, layout, clock, new Progress(opts.progress), kept);
+      copySeconds = await copyHeldIn(session, layout, { clock, progress: new Progress(opts.progress), kept, prepared });
     } else {
       const using = opts.loader ?? (loader = await PoolLoader.open(imageReader!, opts));
       await using.attach(session);
       clock.mark('prepare');
+      prepared();
       copySeconds = await using.copyIn(session);
       clock.mark('copy');
     }

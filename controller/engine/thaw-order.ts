@@ -1,14 +1,15 @@
 /**
  * The order in which members resumed together thaw in the driver: those
- * with no pool data (a launcher) only once the others have thawed. All
- * at once, the 2-rank job's driver restores took 0.51 and 0.72 s beside
- * the launcher's 0.21 s, one rank's 0.40 s beside its launcher's 0.14 s
- * (2x H200; two ranks' alone slow each other 10-20 %,
- * test/gpu/probes/driver_pair.c), and the launcher's restore holds up
- * nothing that runs.
+ * with no pool data (a launcher) only once the others have thawed and
+ * pinned their staging. All at once, the 2-rank job's driver restores
+ * took 0.51 and 0.72 s beside the launcher's 0.21 s, one rank's 0.40 s
+ * beside its launcher's 0.14 s (2x H200; two ranks' alone slow each other
+ * 10-20 %, test/gpu/probes/driver_pair.c); right after theirs, it slowed
+ * their remap and pinning (0.14-0.16 s against 0.04 s). The launcher's
+ * restore holds up nothing that runs.
  */
 export class ThawOrder {
-  /** Members that may still thaw with data, or have not said yet. */
+  /** Members with data not yet through their driver's part, or that have not said yet. */
   private pending: number;
   private readonly waiters: (() => void)[] = [];
 
@@ -38,6 +39,6 @@ export class ThawOrder {
 export interface ThawTurn {
   /** Resolves when this member may thaw: at once for one with pool data (empty: false). */
   wait(empty: boolean): Promise<void>;
-  /** This member has thawed, or will not: idempotent. */
+  /** This member is through its driver's part (thawed, its staging pinned), or will not be: idempotent. */
   done(): void;
 }
