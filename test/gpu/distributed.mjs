@@ -469,6 +469,9 @@ export async function runDistributed(h) {
     fs.writeFileSync(path.join(out, 'ddp.json'), JSON.stringify(result, null, 1));
     const g = (k) => metrics[k]?.median ?? NaN;
     measure('distributed/bench', Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, v.median])));
-    return `2-rank job: checkpoint ${g('job_ckpt_s').toFixed(2)} s (one rank alone ${g('rank_ckpt_s').toFixed(2)} s, one process of the same memory ${g('single_ckpt_s').toFixed(2)} s), restore ${g('job_restore_s').toFixed(2)} s (${g('rank_restore_s').toFixed(2)}, ${g('single_restore_s').toFixed(2)}); anchor: ${anchor}`;
+    // Only the shapes that ran (GPU_TEST_DDP_SHAPES).
+    const label = { job: '2-rank job', rank: 'one rank alone', single: 'one process of the same memory' };
+    const line = (verb) => shapes.filter((s) => metrics[`${s}_${verb}_s`]).map((s) => `${label[s]} ${g(`${s}_${verb}_s`).toFixed(2)} s`).join(', ');
+    return `checkpoint: ${line('ckpt')}; restore: ${line('restore')}; anchor: ${anchor}`;
   });
 }
