@@ -98,6 +98,7 @@ report() { # NAME WORK
 w="$base/tree"
 start "$w" || exit 1
 criu dump -t $parent -D "$w" -o dump.log "${opts[@]}" || echo "# tree dump failed: $(why "$w/dump.log")"
+wait $parent 2>/dev/null # CRIU ended it: its PID is free for the restore once reaped
 t=$(now)
 criu restore -D "$w" -o restore.log --restore-detached "${opts[@]}" || echo "# tree restore failed: $(why "$w/restore.log")"
 echo "tree: restored in $(awk "BEGIN {printf \"%.3f\", $(now) - $t}") s"
@@ -111,6 +112,7 @@ criu dump -t $child -D "$w/child-img" -o dump.log --shell-job "${opts[@]}" || ec
 touch "$w/reap"
 until [ -e "$w/reaped" ]; do sleep 0.05; done
 criu dump -t $parent -D "$w/parent-img" -o dump.log "${opts[@]}" || echo "# parent dump failed: $(why "$w/parent-img/dump.log")"
+wait $parent 2>/dev/null
 echo "apart: both dumped; established sockets on the port: $(established "$port")"
 criu restore -D "$w/parent-img" -o restore.log --restore-detached "${opts[@]}" || echo "# parent restore failed: $(why "$w/parent-img/restore.log")"
 sleep "$gap"
