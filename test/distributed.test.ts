@@ -207,6 +207,14 @@ describe('a launcher that starts the driver but makes no context (torchrun)', ()
     expect(calls(job.ranks()[1]!)).toContain('cuMemHostRegister_v2');
     // Its empty pool gets one codec worker, the ranks' pools the rest (memberShares).
     const g = cli(['checkpoint', 'idle-launcher', '--gpu-only', '--workers', '9', '-o', box.path('idle-w')], { GPUCKPT_LOG: 'debug' });
+    // Each pool is set up (staging faulted in) while the job trains; the ranks are held only after.
+    const held = g.stderr.indexOf('job: cut held');
+    expect(held).toBeGreaterThan(-1);
+    for (const m of [job.pid, ...job.ranks()]) {
+      const setUp = g.stderr.indexOf(`pool image ${m}: setup done`);
+      expect(setUp).toBeGreaterThan(-1);
+      expect(setUp).toBeLessThan(held);
+    }
     // Started as the command started, shared out as each pool image begins.
     expect([...g.stderr.matchAll(/codec: (\d+) workers started/g)].map((m) => Number(m[1]))).toEqual([9]);
     expect([...g.stderr.matchAll(/codec: (\d+) of the \d+ workers started ahead taken/g)].map((m) => Number(m[1])).sort()).toEqual([1, 4, 4]);

@@ -66,6 +66,11 @@ export interface CheckpointOptions {
    * member's): a stream of the image follows its frames (image/stream.ts).
    */
   onWriter?: (writer: ImageWriter, dir: string) => void;
+  /**
+   * Awaited once the image is set up (staging prepared, workers started),
+   * before the pause: a job's ranks are held at their cut only then.
+   */
+  beforePause?: () => Promise<void>;
   /** Take every byte of the pool, even what the framework holds unused (framework-free.ts). */
   wholePool?: boolean;
   /**
@@ -243,6 +248,7 @@ export async function writePoolImage(
       await live.precopy();
       clock.mark('precopy');
     }
+    await opts.beforePause?.();
     const run = await copyAndCompress(session, stagingFor, codecs, writer, opts, release, kernelLoaded, progress, parent, live);
     // Every frame is compressed: the workers end while the image syncs,
     // not after it (31 of them took 0.11-0.2 s to end).

@@ -10,6 +10,8 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { GpuckptError, isGpuckptError, valuesOrFirstFailure } from '../base/errors.js';
+import { AllReady } from '../base/all-ready.js';
+import { log } from '../base/log.js';
 import { Latch } from '../base/latch.js';
 import { round } from '../base/units.js';
 import { ShimSession } from '../adapters/session.js';
@@ -66,7 +68,9 @@ const isSingle = (job: Job) => job.members.length === 1 && !job.comms.length && 
 async function takeCut(job: Job): Promise<{ cut?: JobCut; seconds: number }> {
   const t0 = performance.now();
   const cut = await JobCut.take(job.members, job.comms);
-  return { cut, seconds: round((performance.now() - t0) / 1000, 4) };
+  const seconds = round((performance.now() - t0) / 1000, 4);
+  log('debug', 'job', `cut held in ${seconds.toFixed(4)} s`);
+  return { cut, seconds };
 }
 
 /** After a failure that left the ranks held: made to run again, and the message said so. */
@@ -188,8 +192,16 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   const [primary] = job.members as [number, ...number[]];
   const work = join(dirname(target), tempDirName(basename(target)));
   const paths = new Map(job.members.map((m) => [m, m === primary ? work : join(dirname(target), tempDirName(`${basename(target)}-${m}`))]));
-  const { cut, seconds: cutSeconds } = await takeCut(job);
-  const p0 = performance.now() - cutSeconds * 1000;
+  // Each pool is set up while the job trains (its staging faulted in took
+  // 2-8 s the first time on a host, 2x H200); the ranks are held at their
+  // cut once every pool is, and each pause begins with it.
+  let cut: JobCut | undefined;
+  let cutSeconds = 0;
+  let p0 = 0;
+  const cutting = new AllReady(job.members.length, async () => {
+    p0 = performance.now();
+    ({ cut, seconds: cutSeconds } = await takeCut(job));
+  });
   // The ranks go on once every pool is copied; the images are written after.
   let pauseSeconds = 0;
   let left = job.members.length;
@@ -203,7 +215,14 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   let images: CheckpointSummary[];
   try {
     const shares = memberShares(opts, job.members.map((m) => job.poolBytes.get(m) ?? 0));
-    const results = await Promise.allSettled(job.members.map((m, i) => checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...shares[i] }, running)));
+    const results = await Promise.allSettled(
+      job.members.map((m, i) =>
+        checkpointGpuOnly(m, paths.get(m)!, { ...memberOptions(opts, m, m === primary), force: false, progress: false, ...shares[i], beforePause: () => cutting.ready() }, running).catch((e: unknown) => {
+          cutting.fail(e);
+          throw e;
+        }),
+      ),
+    );
     const bad = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (bad) throw bad.reason;
     images = results.map((r) => (r as PromiseFulfilledResult<CheckpointSummary>).value);
