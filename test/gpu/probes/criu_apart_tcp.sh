@@ -74,6 +74,14 @@ now() { date +%s.%N; }
 established() { awk -v p=$(printf '%04X' "$1") '$4 == "01" && ($2 ~ ":"p"$" || $3 ~ ":"p"$")' /proc/net/tcp | wc -l; }
 acks() { grep -c '^ack' "$1/child.log" 2>/dev/null; }
 why() { grep 'Error (' "$1" | grep -v -m1 RLIMIT_NOFILE; }
+# The dumped processes' PIDs, free for their restore: the parent reaped
+# here, the child, orphaned when CRIU ends the tree, by init (which on the
+# GPU hosts reaps up to a second late).
+pids_free() { # PID...
+  wait "$@" 2>/dev/null
+  local p
+  for p in "$@"; do while [ -e /proc/$p ]; do sleep 0.05; done; done
+}
 
 start() { # WORK
   mkdir -p "$1"
@@ -98,7 +106,7 @@ report() { # NAME WORK
 w="$base/tree"
 start "$w" || exit 1
 criu dump -t $parent -D "$w" -o dump.log "${opts[@]}" || echo "# tree dump failed: $(why "$w/dump.log")"
-wait $parent 2>/dev/null # CRIU ended it: its PID is free for the restore once reaped
+pids_free $parent $child
 t=$(now)
 criu restore -D "$w" -o restore.log --restore-detached "${opts[@]}" || echo "# tree restore failed: $(why "$w/restore.log")"
 echo "tree: restored in $(awk "BEGIN {printf \"%.3f\", $(now) - $t}") s"
@@ -112,7 +120,7 @@ criu dump -t $child -D "$w/child-img" -o dump.log --shell-job "${opts[@]}" || ec
 touch "$w/reap"
 until [ -e "$w/reaped" ]; do sleep 0.05; done
 criu dump -t $parent -D "$w/parent-img" -o dump.log "${opts[@]}" || echo "# parent dump failed: $(why "$w/parent-img/dump.log")"
-wait $parent 2>/dev/null
+pids_free $parent $child
 echo "apart: both dumped; established sockets on the port: $(established "$port")"
 criu restore -D "$w/parent-img" -o restore.log --restore-detached "${opts[@]}" || echo "# parent restore failed: $(why "$w/parent-img/restore.log")"
 sleep "$gap"
