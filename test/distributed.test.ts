@@ -12,7 +12,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { BIN, checkpointingSandbox, eventually, json, TEST_BUILD } from './helpers/e2e.js';
 
 const { box, env } = checkpointingSandbox();
@@ -304,9 +304,19 @@ describe('refused before anything is touched', () => {
     await new Promise((r) => setTimeout(r, 200));
     const s = cli(['suspend', String(job.pid)], { GPUCKPT_CUT_TIMEOUT: '0.5' });
     expect(s.stderr).toMatch(new RegExp(`^gpuckpt: the ranks did not reach a common collective boundary in 0.5 s \\(process ${r0} inside 1 NCCL call\\(s\\), process ${r1} at collective \\d+ of \\d+ on communicator \\w+\\); the job runs on as it was\\n$`));
-    const n = job.steps().length;
-    for (let i = 0; i < 100 && job.steps().length < n + 4; i++) await new Promise((r) => setTimeout(r, 100));
-    expect(job.steps().length).toBeGreaterThanOrEqual(n + 4);
+    const trainsOn = async () => {
+      const n = job.steps().length;
+      for (let i = 0; i < 100 && job.steps().length < n + 4; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(job.steps().length).toBeGreaterThanOrEqual(n + 4);
+    };
+    await trainsOn();
+    // A live image's pools are set up first, then the cut is let go the same way: no image.
+    process.kill(r1, 'SIGUSR1');
+    await new Promise((r) => setTimeout(r, 200));
+    const g = cli(['checkpoint', String(job.pid), '--gpu-only', '-o', box.path('stuck-g')], { GPUCKPT_CUT_TIMEOUT: '0.5' });
+    expect(g.stderr).toMatch(/^gpuckpt: the ranks did not reach a common collective boundary in 0\.5 s \(.*\); the job runs on as it was\n$/);
+    expect(readdirSync(dirname(box.path('stuck-g'))).filter((n) => n.includes('stuck-g'))).toEqual([]);
+    await trainsOn();
     endJob(job);
   });
 });

@@ -474,7 +474,8 @@ export async function resumeProcess(
     clock.mark('remap');
     let copySeconds: number;
     // The driver's part of this resume ends with the staging pinned: a
-    // member without data thaws beside the copy, not the remap and pinning.
+    // member without data thaws beside the copy, not the remap and pinning
+    // (a loader's attach also waits for its load, done during a restore's CRIU).
     const prepared = () => turn?.done();
     if (layout?.gpus) {
       prepared();

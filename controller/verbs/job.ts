@@ -198,9 +198,14 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
   let cut: JobCut | undefined;
   let cutSeconds = 0;
   let p0 = 0;
+  let cutFailure: unknown;
   const cutting = new AllReady(job.members.length, async () => {
     p0 = performance.now();
-    ({ cut, seconds: cutSeconds } = await takeCut(job));
+    try {
+      ({ cut, seconds: cutSeconds } = await takeCut(job));
+    } catch (e) {
+      throw (cutFailure = e); // says itself that the job runs on
+    }
   });
   // The ranks go on once every pool is copied; the images are written after.
   let pauseSeconds = 0;
@@ -229,6 +234,7 @@ export async function checkpointJobGpuOnly(pid: number, out: string, opts: Check
     await released;
   } catch (e) {
     for (const p of paths.values()) rmSync(p, { recursive: true, force: true });
+    if (e === cutFailure) throw e;
     return failedAt(cut, e, 'the job runs on; no image written');
   }
   cut?.close();
