@@ -121,7 +121,9 @@ describe('a job of eight ranks, as on an 8-GPU host', () => {
 
 describe('a job of two ranks', () => {
   it('every verb on the whole job, by name or launcher PID: losses equal an uninterrupted run', async () => {
-    const args = ['launch', '2', '150', '25'];
+    // 12 s of steps: its five commands must all find it running. With 150
+    // (3.75 s) it had ended before the fifth on a loaded 2-core machine.
+    const args = ['launch', '2', '480', '25'];
     const job = await startJob('ddp', args, { DDP_SPLIT: '1' });
     const [r0, r1] = job.ranks();
 
