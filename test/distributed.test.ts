@@ -391,6 +391,37 @@ describe('the controller killed during a whole-job checkpoint', () => {
   });
 });
 
+describe('the controller killed during a job --gpu-only image', () => {
+  it('at growing delays until an image is out: the job trains on each time, and no half-made image is left', { timeout: 120_000 }, async () => {
+    const job = await startJob('killed-live', ['launch', '2', '100000', '10'], { DDP_BUFFER_MIB: '64' });
+    const dir = box.path('killed-live');
+    mkdirSync(dir);
+    const out = join(dir, 'image');
+    let killed = 0;
+    for (let round = 0; !existsSync(out); round++) {
+      expect(round).toBeLessThan(40);
+      const child = box.cliAsync(['checkpoint', 'killed-live', '--gpu-only', '-o', out], env);
+      const exited = new Promise((r) => child.on('exit', r));
+      // Set-up, the cut, the pauses and the writing each get their turn.
+      await new Promise((r) => setTimeout(r, 60 + round * 60));
+      child.kill('SIGKILL');
+      await exited;
+      if (existsSync(out)) break;
+      killed++;
+      // Never held past its controller: the ranks go on with no resume.
+      expect(await progresses(job)).toBe(true);
+    }
+    expect(json(cli(['inspect', out, '--json']).stdout)).toMatchObject({ verified: true });
+    // What the killed ones left, the next one swept: only the image is there.
+    expect(cli(['checkpoint', 'killed-live', '--gpu-only', '-o', join(dir, 'again')]).code).toBe(0);
+    expect(readdirSync(dir).sort()).toEqual(['again', 'image']);
+    expect(killed).toBeGreaterThan(0);
+    console.log(`killed job --gpu-only images before one was out: ${killed}`);
+    expect(await progresses(job)).toBe(true);
+    endJob(job);
+  });
+});
+
 describe('a rebuild a rank never joins', () => {
   it('is given up at GPUCKPT_NCCL_TIMEOUT: the rank still answers, and the next resume brings the job back', async () => {
     const args = ['launch', '2', '300', '10'];
