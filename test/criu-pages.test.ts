@@ -19,7 +19,9 @@ const engine = (m: string) => import(new URL(`../dist/controller/engine/${m}.js`
 const { unpackCriuDir, verifyCriuPages, describePacked, PACKED_INDEX } = await engine('criu-pages');
 const { packCriuPages, CriuPagesPacker } = await engine('criu-pages-pack');
 const { CodecPool, describeSpent } = await engine('codec-pool');
-const { planZeroDrops, frameLayout, intersect } = await engine('criu-zero-pages');
+const { zeroDropTasks, planZeroDrop, frameLayout, intersect } = await engine('criu-zero-pages');
+/** What a restore from dir leaves out: each file's drop planned in turn (the restore plans them on its codec workers). */
+const planZeroDrops = (dir: string, zero: Map<string, number[]>, bytes: Map<string, number>) => zeroDropTasks(dir, zero, bytes).flatMap((t: unknown) => planZeroDrop(dir, t) ?? []);
 const { installFaultInjector } = await import(new URL('../dist/controller/base/faults.js', import.meta.url).href);
 const { protoFields } = await import(new URL('../dist/controller/adapters/criu-image-file.js', import.meta.url).href);
 const { pagemapBytes, processPagemaps } = await import(new URL('../dist/controller/adapters/criu-memory.js', import.meta.url).href);

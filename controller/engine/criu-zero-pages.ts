@@ -64,11 +64,6 @@ export function planZeroDrop(dir: string, task: DropTask): ZeroDrop | undefined 
   return dropped.length ? { file: pm.pagesFile, dropped, pagemap: { name: pm.name, bytes: pagemapBytes(pm, kept) } } : undefined;
 }
 
-/** What a restore from dir leaves out (zeroDropTasks, each planned here in turn). */
-export function planZeroDrops(dir: string, zeroPages: Map<string, PageRuns>, fileBytes: Map<string, number>): ZeroDrop[] {
-  return zeroDropTasks(dir, zeroPages, fileBytes).flatMap((t) => planZeroDrop(dir, t) ?? []);
-}
-
 /**
  * The pages of pm's file (in file order) whose addresses lie in the ranges
  * (sorted, apart), as runs. Entries come in address order, so one sweep
